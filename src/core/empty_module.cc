@@ -1,0 +1,1 @@
+// Stands in for a module with no sources yet; see src/CMakeLists.txt.

@@ -1,0 +1,94 @@
+// safetensors checkpoints: zero-copy reading (mmap) of single files and sharded directories
+// (model.safetensors.index.json), and atomic writing. Every header is validated before any tensor
+// is handed out; a bad file raises InvalidArgument naming the file and the tensor or field.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lowbit/tensor.h"
+
+namespace lowbit::formats {
+
+// One .safetensors file, memory-mapped read-only. Tensors returned by get() are views into the
+// mapping and keep it alive.
+class SafetensorsFile {
+ public:
+  // Opens and validates: 8-byte little-endian header length within the file, header JSON an object,
+  // each entry {dtype, shape, data_offsets}, known dtype, shape × dtype size == byte length, ranges
+  // within the data section and not overlapping. "__metadata__" (string → string) is optional.
+  static std::shared_ptr<SafetensorsFile> open(const std::string& path);
+
+  // Same validation on an in-memory image (used by the fuzzer and tests); `name` is used in errors.
+  static std::shared_ptr<SafetensorsFile> from_bytes(std::string bytes, const std::string& name);
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& tensor) const { return entries_.count(tensor) != 0; }
+  Tensor get(const std::string& tensor) const;  // InvalidArgument naming file and tensor if absent
+  std::vector<std::string> names() const;       // sorted
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  struct Entry {
+    DType dtype;
+    Shape shape;
+    size_t begin;  // offsets relative to the data section
+    size_t end;
+  };
+  const std::map<std::string, Entry>& entries() const { return entries_; }
+
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+ private:
+  SafetensorsFile() = default;
+  void parse(const std::string& name);
+
+  std::string path_;
+  const char* base_ = nullptr;  // whole file image
+  size_t size_ = 0;
+  size_t data_start_ = 0;
+  bool mapped_ = false;
+  std::string owned_bytes_;  // for from_bytes
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+  std::weak_ptr<SafetensorsFile> self_;
+};
+
+// A checkpoint directory: either model.safetensors, or model.safetensors.index.json with its
+// shards, or (as a fallback) every *.safetensors file in the directory. A path to a single
+// .safetensors file also works. Tensor names are unique across shards (an error otherwise).
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::string& path);
+
+  bool has(const std::string& tensor) const { return owner_.count(tensor) != 0; }
+  Tensor get(const std::string& tensor) const;  // InvalidArgument naming the checkpoint if absent
+  std::vector<std::string> names() const;       // sorted
+  const std::string& path() const { return path_; }
+  // The file a tensor lives in (for messages).
+  const std::string& file_of(const std::string& tensor) const;
+  const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
+
+ private:
+  std::string path_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, size_t> owner_;  // tensor -> index into files_
+};
+
+// Writes tensors to `path` (through path + ".tmp" and a rename, so a reader never sees half a
+// file). Tensors are laid out in name order, each offset aligned to 8 bytes as the Python library
+// does; `metadata` goes to "__metadata__".
+void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Writes a sharded checkpoint into directory `dir`: shards of at most `max_shard_bytes` named
+// model-0000i-of-0000n.safetensors plus model.safetensors.index.json (or a single
+// model.safetensors when everything fits in one shard).
+void write_sharded_safetensors(const std::string& dir, const std::map<std::string, Tensor>& tensors,
+                               size_t max_shard_bytes,
+                               const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace lowbit::formats
