@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   nlohmann-json3-dev   # config.json, tokenizer.json, safetensors headers
   libonig-dev          # Oniguruma: the regex engine HF tokenizers uses for pre-tokenizer splits
+  libicu-dev           # ICU: Unicode normalization and properties for the tokenizer
   libcli11-dev         # command-line parsing
   libgtest-dev libgmock-dev
   libomp-dev           # OpenMP runtime headers (gcc uses libgomp; clang builds use libomp)

@@ -1,0 +1,119 @@
+// lowbit inspect MODEL: what a checkpoint is (architecture, shapes, parameters, dtypes, bytes,
+// quantization config) without loading it for inference.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "formats/safetensors.h"
+#include "lowbit/error.h"
+#include "models/model_config.h"
+
+namespace lowbit::cli {
+namespace {
+
+struct InspectOptions {
+  std::string model;
+  bool tensors = false;
+};
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(path.string() + ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.2f %s", bytes, units[unit]);
+  return buffer;
+}
+
+void print_config_summary(const std::string& dir, const nlohmann::json& raw) {
+  auto field = [&](const char* key) { return raw.contains(key) ? raw[key].dump() : "-"; };
+  std::printf("architecture     %s (model_type %s)\n",
+              raw.contains("architectures") ? raw["architectures"].dump().c_str() : "-",
+              field("model_type").c_str());
+  try {
+    models::ModelConfig config = models::load_model_config(dir);
+    auto ll = [](int64_t v) { return static_cast<long long>(v); };
+    std::printf("layers           %lld\n", ll(config.num_layers));
+    std::printf("hidden           %lld (intermediate %lld)\n", ll(config.hidden_size),
+                ll(config.intermediate_size));
+    std::printf("attention        %lld heads, %lld kv heads, head_dim %lld\n", ll(config.num_heads),
+                ll(config.num_kv_heads), ll(config.head_dim));
+    std::printf("vocab            %lld%s\n", ll(config.vocab_size),
+                config.tie_word_embeddings ? " (tied embeddings)" : "");
+    std::printf("rope             %s, theta %g\n", config.rope.type_name.c_str(), config.rope.theta);
+    if (config.num_experts > 0) {
+      std::printf("experts          %lld (top %lld)\n", ll(config.num_experts),
+                  ll(config.num_experts_per_tok));
+    }
+    std::printf("runs on lowbit   yes\n");
+  } catch (const Error& e) {
+    std::printf("runs on lowbit   no: %s\n", e.what());
+  }
+  if (raw.contains("quantization_config")) {
+    std::printf("quantization     %s\n", raw["quantization_config"].dump(2).c_str());
+  } else {
+    std::printf("quantization     none\n");
+  }
+}
+
+int run_inspect(const InspectOptions& options) {
+  std::filesystem::path dir(options.model);
+  LOWBIT_CHECK(std::filesystem::is_directory(dir), options.model + ": not a model directory");
+  print_config_summary(options.model, read_json_file(dir / "config.json"));
+
+  formats::Checkpoint checkpoint = formats::Checkpoint::open(options.model);
+  std::map<std::string, std::pair<int64_t, size_t>> by_dtype;  // dtype → (parameters, bytes)
+  int64_t parameters = 0;
+  size_t bytes = 0;
+  auto names = checkpoint.names();
+  for (const auto& name : names) {
+    Tensor t = checkpoint.get(name);
+    auto& slot = by_dtype[std::string(dtype_name(t.dtype()))];
+    slot.first += t.numel();
+    slot.second += t.nbytes();
+    parameters += t.numel();
+    bytes += t.nbytes();
+    if (options.tensors) {
+      std::printf("  %-60s %-8s %s\n", name.c_str(), std::string(dtype_name(t.dtype())).c_str(),
+                  t.shape_string().c_str());
+    }
+  }
+  std::printf("tensors          %zu in %zu file(s)\n", names.size(), checkpoint.files().size());
+  std::printf("parameters       %.3f M (%lld)\n", static_cast<double>(parameters) / 1e6,
+              static_cast<long long>(parameters));
+  std::printf("weights          %s\n", human_bytes(static_cast<double>(bytes)).c_str());
+  for (const auto& [dtype, entry] : by_dtype) {
+    std::printf("  %-14s %lld elements, %s\n", dtype.c_str(), static_cast<long long>(entry.first),
+                human_bytes(static_cast<double>(entry.second)).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app, CommandList& commands) {
+  auto options = std::make_shared<InspectOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "inspect", "Describe a checkpoint: architecture, parameters, dtypes, bytes, quantization");
+  sub->add_option("model", options->model, "Model directory")->required();
+  sub->add_flag("--tensors", options->tensors, "List every tensor");
+  commands.push_back({sub, [options] { return run_inspect(*options); }});
+}
+
+}  // namespace lowbit::cli

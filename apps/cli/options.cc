@@ -1,0 +1,97 @@
+#include "options.h"
+
+#include <omp.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "lowbit/error.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit::cli {
+
+void add_prompt_options(CLI::App* app, PromptOptions& options, bool chat_flags) {
+  app->add_option("-p,--prompt", options.prompt, "Prompt text");
+  app->add_option("--prompt-ids", options.prompt_ids,
+                  "Prompt as token ids, e.g. 1,2,3 (for models without a tokenizer)");
+  app->add_flag("--no-special-tokens", options.no_special_tokens,
+                "Encode --prompt without the tokenizer's special tokens (no BOS)");
+  if (chat_flags) {
+    app->add_flag("--chat", options.chat,
+                  "Wrap --prompt as a user message with the model's chat template");
+    app->add_option("--system", options.system, "System message for --chat");
+  }
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
+  std::string body = text;
+  auto first = body.find_first_not_of(" \t\n");
+  auto last = body.find_last_not_of(" \t\n");
+  body = first == std::string::npos ? "" : body.substr(first, last - first + 1);
+  if (!body.empty() && body.front() == '[') {
+    LOWBIT_CHECK(body.back() == ']', flag + ": unbalanced '[' in id list");
+    body = body.substr(1, body.size() - 2);
+  }
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t comma = body.find(',', pos);
+    std::string item = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && (item[used] == ' ' || item[used] == '\t')) ++used;
+    LOWBIT_CHECK(used == item.size() && used > 0 && value >= 0 && value <= INT32_MAX,
+                 flag + ": '" + item + "' is not a token id (a non-negative integer)");
+    ids.push_back(static_cast<int32_t>(value));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  LOWBIT_CHECK(!ids.empty(), flag + ": no token ids given");
+  return ids;
+}
+
+std::string format_id_list(const std::vector<int32_t>& ids) {
+  return nlohmann::json(ids).dump();
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
+  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return nullptr;
+  return std::make_unique<Tokenizer>(Tokenizer::from_dir(model_dir));
+}
+
+std::vector<int32_t> resolve_prompt(const PromptOptions& options, const std::string& model_dir,
+                                    const Tokenizer* tokenizer) {
+  bool has_text = !options.prompt.empty() || options.chat;
+  LOWBIT_CHECK(has_text != !options.prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
+  if (!options.prompt_ids.empty()) return parse_id_list(options.prompt_ids, "--prompt-ids");
+  LOWBIT_CHECK(tokenizer != nullptr, model_dir + " has no tokenizer.json: use --prompt-ids");
+  if (!options.chat) return tokenizer->encode(options.prompt, !options.no_special_tokens);
+
+  auto chat_template = ChatTemplate::from_dir(model_dir);
+  LOWBIT_CHECK(chat_template.has_value(),
+               model_dir + " has no chat template (chat_template.jinja or tokenizer_config.json)");
+  nlohmann::json messages = nlohmann::json::array();
+  if (!options.system.empty()) messages.push_back({{"role", "system"}, {"content", options.system}});
+  messages.push_back({{"role", "user"}, {"content", options.prompt}});
+  std::string rendered =
+      chat_template->render(messages, /*add_generation_prompt=*/true, special_tokens_map(model_dir));
+  // The template writes the special tokens itself (BOS included): encode without adding more.
+  return tokenizer->encode(rendered, /*add_special_tokens=*/false);
+}
+
+void add_threads_option(CLI::App* app, int& threads) {
+  app->add_option("-t,--threads", threads, "CPU threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void apply_threads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+}  // namespace lowbit::cli

@@ -1,0 +1,47 @@
+// Option groups shared by several subcommands: threads, the prompt (text, ids or chat), sampling.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace lowbit {
+class Tokenizer;
+namespace models {
+class Model;
+}
+}  // namespace lowbit
+
+namespace lowbit::cli {
+
+struct PromptOptions {
+  std::string prompt;
+  std::string prompt_ids;  // "1,2,3" or "[1,2,3]"
+  bool chat = false;
+  std::string system;
+  bool no_special_tokens = false;
+};
+
+void add_prompt_options(CLI::App* app, PromptOptions& options, bool chat_flags);
+
+// Resolves the prompt to ids: --prompt-ids as given; --prompt encoded by the model's tokenizer
+// (with special tokens unless --no-special-tokens), or rendered with the chat template first.
+std::vector<int32_t> resolve_prompt(const PromptOptions& options, const std::string& model_dir,
+                                    const Tokenizer* tokenizer);
+
+// "1,2,3", "[1, 2, 3]" → ids; InvalidArgument naming `flag` for anything else.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+std::string format_id_list(const std::vector<int32_t>& ids);
+
+void add_threads_option(CLI::App* app, int& threads);
+void apply_threads(int threads);  // 0: OpenMP's default (all cores)
+
+// The tokenizer of a model directory, or null when it has no tokenizer.json.
+std::unique_ptr<Tokenizer> load_tokenizer_if_present(const std::string& model_dir);
+
+}  // namespace lowbit::cli

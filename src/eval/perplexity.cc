@@ -1,0 +1,61 @@
+#include "eval/perplexity.h"
+
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "lowbit/error.h"
+#include "models/model.h"
+
+namespace lowbit::eval {
+namespace {
+
+// -log softmax(row)[target], in double so that 700k summed terms keep their digits.
+double negative_log_likelihood(const float* row, int64_t vocab, int32_t target) {
+  double max_logit = row[0];
+  for (int64_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, static_cast<double>(row[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - max_logit);
+  return std::log(sum) + max_logit - static_cast<double>(row[target]);
+}
+
+}  // namespace
+
+PerplexityResult perplexity(const models::Model& model, const std::vector<int32_t>& tokens,
+                            const PerplexityOptions& options,
+                            const std::function<void(int64_t, int64_t)>& progress) {
+  LOWBIT_CHECK(options.context >= 2, "perplexity: --ctx must be at least 2");
+  const int64_t text_per_window = options.bos_id ? options.context - 1 : options.context;
+  int64_t windows = static_cast<int64_t>(tokens.size()) / text_per_window;
+  if (options.max_windows > 0) windows = std::min(windows, options.max_windows);
+  LOWBIT_CHECK(windows > 0, "perplexity: the text has " + std::to_string(tokens.size()) +
+                                " tokens, fewer than one window of " +
+                                std::to_string(text_per_window));
+
+  const int64_t vocab = model.config().vocab_size;
+  PerplexityResult result;
+  auto start = std::chrono::steady_clock::now();
+  models::KvCache cache = model.new_cache(options.context);
+  std::vector<int32_t> window;
+  for (int64_t w = 0; w < windows; ++w) {
+    window.clear();
+    if (options.bos_id) window.push_back(*options.bos_id);
+    auto begin = tokens.begin() + w * text_per_window;
+    window.insert(window.end(), begin, begin + text_per_window);
+    cache.clear();
+    Tensor logits = model.forward(window, cache, /*all_logits=*/true);
+    const float* data = logits.data_as<const float>();
+    for (size_t t = 0; t + 1 < window.size(); ++t) {
+      result.total_nll += negative_log_likelihood(data + static_cast<int64_t>(t) * vocab, vocab,
+                                                  window[t + 1]);
+      ++result.scored_tokens;
+    }
+    ++result.windows;
+    if (progress) progress(w + 1, windows);
+  }
+  result.perplexity = std::exp(result.total_nll / static_cast<double>(result.scored_tokens));
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace lowbit::eval

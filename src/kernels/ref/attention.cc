@@ -1,0 +1,182 @@
+// Causal multi-head attention with grouped KV heads against cached keys and values.
+//
+// Two paths with the same arithmetic up to summation order:
+// - few queries (decode): per (query, KV head), the heads of that GQA group together, so each
+//   cached key and value row is read once per group; O(context) per query; parallel over items.
+//   The loop is compiled per ISA (attention_group.h).
+// - many queries (prefill): per KV head and block of queries, the scores S = Q·Kᵀ and the output
+//   O = softmax(S)·V are computed by matmul() on gathered contiguous copies of K and Vᵀ, so that
+//   prefill runs on the SIMD matmul kernel. Masked entries of S are computed and then dropped,
+//   which wastes up to half the score work on the diagonal blocks but keeps one fast kernel.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/ref/attention_group_impl.h"
+
+namespace lowbit::kernels {
+
+namespace {
+
+// Queries per block in the matmul path: bounds the score buffer at
+// kQueryBlock · (heads / kv_heads) · context floats.
+constexpr int64_t kQueryBlock = 64;
+// Below this many queries the direct loop is faster than gathering for matmul.
+constexpr int64_t kMatmulMinQueries = 8;
+
+// Keys visible to query i: [lo, hi).
+inline void visible_keys(const AttentionShape& s, int64_t i, int64_t* lo, int64_t* hi) {
+  const int64_t position = s.past + i;
+  *hi = position + 1;
+  *lo = s.window > 0 ? std::max<int64_t>(0, position - s.window + 1) : 0;
+}
+
+// Grows-only scratch, one per thread, so decode steps allocate nothing after the first.
+std::vector<float>& thread_scratch(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer;
+}
+
+void attention_direct(const float* q, const float* k, const float* v, const AttentionShape& s,
+                      float* out) {
+  const int64_t hd = s.head_dim;
+  const int64_t q_stride = s.heads * hd;
+  const int64_t kv_stride = s.kv_heads * hd;
+  const int group = s.heads / s.kv_heads;
+  const int64_t items = s.queries * s.kv_heads;
+  const int64_t context = s.past + s.queries;
+  const detail::GroupAttentionFn kernel = detail::group_attention_kernel();
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1 && context * hd * s.heads >= (1 << 14))
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t i = item / s.kv_heads;
+    const int g = static_cast<int>(item % s.kv_heads);
+    detail::GroupAttentionArgs args;
+    visible_keys(s, i, &args.lo, &args.hi);
+    args.q = q + i * q_stride + int64_t{g} * group * hd;
+    args.k = k + g * hd;
+    args.v = v + g * hd;
+    args.kv_stride = kv_stride;
+    args.group = group;
+    args.head_dim = hd;
+    args.scale = s.scale;
+    args.scores = thread_scratch(static_cast<size_t>(group * (args.hi - args.lo))).data();
+    args.out = out + i * q_stride + int64_t{g} * group * hd;
+    kernel(args);
+  }
+}
+
+// Contiguous copies for one (KV head, query block) of the matmul path.
+struct BlockBuffers {
+  std::vector<float> q, k, vt, scores, out;
+};
+
+// Softmax of each score row over its visible keys; masked entries become 0. Row r belongs to
+// query i0 + r / group; the block's columns start at key `lo`.
+void masked_softmax_rows(const AttentionShape& s, int64_t i0, int64_t rows, int group, int64_t lo,
+                         int64_t columns, float* scores) {
+#pragma omp parallel for schedule(static) if (rows * columns >= (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t first = 0, end = 0;
+    visible_keys(s, i0 + r / group, &first, &end);
+    float* row = scores + r * columns;
+    const int64_t a = first - lo, b = end - lo;
+#pragma omp simd
+    for (int64_t c = a; c < b; ++c) row[c] *= s.scale;
+    detail::softmax_row(row + a, b - a);
+    std::fill(row, row + a, 0.0f);
+    std::fill(row + b, row + columns, 0.0f);
+  }
+}
+
+void attention_block(const float* q, const float* k, const float* v, const AttentionShape& s, int g,
+                     int64_t i0, int64_t i1, BlockBuffers& buf, float* out) {
+  const int64_t hd = s.head_dim;
+  const int64_t q_stride = s.heads * hd;
+  const int64_t kv_stride = s.kv_heads * hd;
+  const int group = s.heads / s.kv_heads;
+  int64_t lo = 0, unused = 0, hi = 0;
+  visible_keys(s, i0, &lo, &unused);
+  visible_keys(s, i1 - 1, &unused, &hi);
+  const int64_t columns = hi - lo;
+  const int64_t rows = (i1 - i0) * group;
+  buf.q.resize(static_cast<size_t>(rows * hd));
+  buf.k.resize(static_cast<size_t>(columns * hd));
+  buf.vt.resize(static_cast<size_t>(columns * hd));
+  buf.scores.resize(static_cast<size_t>(rows * columns));
+  buf.out.resize(static_cast<size_t>(rows * hd));
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int r = 0; r < group; ++r) {
+      const float* src = q + i * q_stride + (g * group + r) * hd;
+      std::copy(src, src + hd, buf.q.data() + ((i - i0) * group + r) * hd);
+    }
+  }
+  for (int64_t j = lo; j < hi; ++j) {
+    const float* kj = k + j * kv_stride + g * hd;
+    const float* vj = v + j * kv_stride + g * hd;
+    std::copy(kj, kj + hd, buf.k.data() + (j - lo) * hd);
+    for (int64_t d = 0; d < hd; ++d) buf.vt[static_cast<size_t>(d * columns + (j - lo))] = vj[d];
+  }
+  const Tensor keys = Tensor::view(DType::F32, {columns, hd}, buf.k.data(), nullptr);
+  matmul(buf.q.data(), rows, hd, keys, nullptr, buf.scores.data());
+  masked_softmax_rows(s, i0, rows, group, lo, columns, buf.scores.data());
+  const Tensor values_t = Tensor::view(DType::F32, {hd, columns}, buf.vt.data(), nullptr);
+  matmul(buf.scores.data(), rows, columns, values_t, nullptr, buf.out.data());
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int r = 0; r < group; ++r) {
+      const float* src = buf.out.data() + ((i - i0) * group + r) * hd;
+      std::copy(src, src + hd, out + i * q_stride + (g * group + r) * hd);
+    }
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void group_attention_baseline(const GroupAttentionArgs& args) { group_attention_impl(args); }
+
+GroupAttentionFn group_attention_kernel() {
+  static const GroupAttentionFn kernel = [] {
+    const cpu::CpuFeatures& f = cpu::cpu_features();
+    if (f.has_avx512_kernels()) return &group_attention_avx512;
+    if (f.has_avx2_kernels()) return &group_attention_avx2;
+    return &group_attention_baseline;
+  }();
+  return kernel;
+}
+
+}  // namespace detail
+
+void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
+               float* out) {
+  if (shape.queries < kMatmulMinQueries) {
+    attention_direct(q, k, v, shape, out);
+    return;
+  }
+  thread_local BlockBuffers buffers;
+  for (int g = 0; g < shape.kv_heads; ++g) {
+    for (int64_t i0 = 0; i0 < shape.queries; i0 += kQueryBlock) {
+      const int64_t i1 = std::min(shape.queries, i0 + kQueryBlock);
+      attention_block(q, k, v, shape, g, i0, i1, buffers, out);
+    }
+  }
+}
+
+void softmax_inplace(float* x, int64_t n) {
+  float max_value = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max_value = std::max(max_value, x[i]);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_value);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace lowbit::kernels

@@ -1,0 +1,8 @@
+// group_attention compiled for AVX-512 (flags from src/CMakeLists.txt by file name).
+#include "kernels/ref/attention_group_impl.h"
+
+namespace lowbit::kernels::detail {
+
+void group_attention_avx512(const GroupAttentionArgs& args) { group_attention_impl(args); }
+
+}  // namespace lowbit::kernels::detail
