@@ -17,7 +17,10 @@ ArgBinder::ArgBinder(const std::string& function, const CallArgs& args,
          " argument(s) (" + std::to_string(args.positional.size()) + " given)");
   }
   for (size_t i = 0; i < args.positional.size(); ++i) slots_[i] = &args.positional[i];
-  for (const auto& [key, value] : args.keyword) {
+  for (const auto& entry : args.keyword) {
+    // Named, not a structured binding: clang before 16 cannot capture bindings in lambdas.
+    const auto& key = entry.first;
+    const auto& value = entry.second;
     auto it = std::find_if(names.begin(), names.end(), [&](const char* n) { return key == n; });
     if (it == names.end())
       fail("TypeError: " + function + "() got an unexpected keyword argument '" + key + "'");
