@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "kernels/cpu/matmul_kernels.h"
-#include "lowbit/error.h"
 
 namespace lowbit::kernels::cpu::detail {
 
@@ -16,8 +15,8 @@ namespace {
 
 // ---- streaming path ----------------------------------------------------------------------------
 
-constexpr int kChunk = 16;
-constexpr int kMaxGroup = 4;
+constexpr int kChunk = 16;     // weights per row per step
+constexpr int kMaxGroup = 4;   // rows of x per pass over a block of W rows
 constexpr int kBlockRows = 8;  // weight rows per block
 
 // 16 weights → two fp32 vectors. AVX2 has no 16-bit masked load, so a partial chunk is first
@@ -71,22 +70,27 @@ void dot_block(const typename Loader::T* w, int64_t k, const float* xp, int64_t 
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[g][r] = _mm256_setzero_ps();
   }
-  T tail[R][kChunk];
+  auto step = [&](int r, int64_t c, const T* p) {
+    __m256 wl, wh;
+    Loader::load(p, wl, wh);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      acc[g][r] = _mm256_fmadd_ps(wl, _mm256_load_ps(xp + g * padded_k + c), acc[g][r]);
+      acc[g][r] = _mm256_fmadd_ps(wh, _mm256_load_ps(xp + g * padded_k + c + 8), acc[g][r]);
+    }
+  };
   const int64_t full = k / kChunk * kChunk;
-  for (int64_t c = 0; c <= full; c += kChunk) {
-    if (c == k) break;
+  for (int64_t c = 0; c < full; c += kChunk) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const T* p = w + r * k + c;
-      if (c == full) p = tail_chunk(p, k - full, tail[r]);
-      __m256 wl, wh;
-      Loader::load(p, wl, wh);
-#pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) {
-        acc[g][r] = _mm256_fmadd_ps(wl, _mm256_load_ps(xp + g * padded_k + c), acc[g][r]);
-        acc[g][r] = _mm256_fmadd_ps(wh, _mm256_load_ps(xp + g * padded_k + c + 8), acc[g][r]);
-      }
+      // 2 KiB ahead into L2, as in matmul_gemv_avx512.cc.
+      _mm_prefetch(reinterpret_cast<const char*>(w + r * k + c) + 2048, _MM_HINT_T1);
+      step(r, c, w + r * k + c);
     }
+  }
+  if (full < k) {
+    T tail[kChunk];
+    for (int r = 0; r < R; ++r) step(r, full, tail_chunk(w + r * k + full, k - full, tail));
   }
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) {
@@ -128,7 +132,8 @@ void block_for_group(const MatmulArgs& a, int64_t row, int count, int64_t g0, co
 }
 
 // Each block of kBlockRows weight rows is read from memory once and, for m > kMaxGroup, reused
-// from L1/L2 by the later groups of x rows.
+// from L1/L2 by the later groups of x rows. (Unlike the AVX-512 version, the later passes do not
+// prefetch the next block: this fallback was not tuned for 5 <= m <= 32.)
 template <class Loader>
 void gemv_rows(const MatmulArgs& a, Range rows, const float* xp, int64_t padded_k) {
   for (int64_t row = rows.begin; row < rows.end; row += kBlockRows) {
@@ -200,7 +205,7 @@ void gemv_avx2(const MatmulArgs& args) {
     case DType::BF16: run_streaming(args, kChunk, true, gemv_rows<Bf16Loader>); return;
     case DType::F16: run_streaming(args, kChunk, false, gemv_rows<F16Loader>); return;
     case DType::F32: run_streaming(args, kChunk, false, gemv_rows<F32Loader>); return;
-    default: throw Internal("gemv_avx2: weight dtype " + std::string(dtype_name(args.w_dtype)));
+    default: throw_bad_dtype("gemv_avx2", args.w_dtype);
   }
 }
 

@@ -14,12 +14,12 @@ namespace lowbit::kernels::cpu::detail {
 
 namespace {
 
-// Below this many multiply-adds one thread finishes before a team would be woken up and
-// synchronised (a few microseconds with libgomp): 384×384 decode projections of the tiny
-// reference model stay single-threaded, the 1B model's smallest layer (512×2048) does not.
-constexpr double kMinParallelMacs = 256.0 * 1024.0;
+// Below this many multiply-adds one thread finishes before a team is woken and synchronised
+// (a few microseconds with libgomp, whose idle threads spin briefly). Measured on the tiny
+// reference model's decode (bench/NOTES.md): 2 threads already win at 128×384 (49 K MACs).
+constexpr double kMinParallelMacs = 32.0 * 1024.0;
 // Each extra thread should get at least this much work.
-constexpr double kMinMacsPerThread = 128.0 * 1024.0;
+constexpr double kMinMacsPerThread = 16.0 * 1024.0;
 
 struct Scratch {
   struct Free {
@@ -32,6 +32,11 @@ struct Scratch {
 thread_local Scratch t_scratch[3];
 
 }  // namespace
+
+void throw_bad_dtype(const char* kernel, DType dtype) {
+  throw Internal(std::string("matmul: ") + kernel + " got weight dtype " +
+                 std::string(dtype_name(dtype)));
+}
 
 int matmul_thread_count(int64_t m, int64_t n, int64_t k) {
   if (omp_in_parallel()) return 1;  // a caller's parallel region already owns the cores

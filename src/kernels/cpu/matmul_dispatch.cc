@@ -13,10 +13,20 @@ namespace cpu {
 
 namespace {
 
-// Up to this many rows of x the streaming path wins: it reads each weight once and decodes it in
-// registers, while the blocked path pays for writing and re-reading an fp32 panel (measured with
-// lowbit_matmul_bench, see bench/NOTES.md).
-constexpr int64_t kStreamingMaxRows = 4;
+// Up to this many rows of x the streaming path wins: it decodes each weight in registers and uses
+// it for every row of x, while the blocked path first writes and re-reads an fp32 panel, which
+// only pays off over many rows. Crossovers measured on Zen 4 for 2048×2048 and 2048×8192 BF16
+// (bench/NOTES.md): AVX-512 streaming stays at ~90% of FMA peak up to m = 64 (the blocked path
+// reaches 72-77% there); AVX2 (16 registers) streams at 60-77% and falls behind between m = 32
+// and 64; the scalar paths cross near m = 4.
+int64_t streaming_max_rows(MatmulKernel kernel) {
+  switch (kernel) {
+    case MatmulKernel::AVX512: return 64;
+    case MatmulKernel::AVX2: return 32;
+    case MatmulKernel::SCALAR: return 4;
+  }
+  return 4;
+}
 
 detail::MatmulArgs make_args(const float* x, int64_t m, int64_t k, const Tensor& weight,
                              const float* bias, float* y) {
@@ -57,7 +67,7 @@ bool trivial(const detail::MatmulArgs& args) {
 void run(MatmulKernel kernel, MatmulPath path, const detail::MatmulArgs& args) {
   if (trivial(args)) return;
   bool streaming = path == MatmulPath::STREAMING ||
-                   (path == MatmulPath::AUTO && args.m <= kStreamingMaxRows);
+                   (path == MatmulPath::AUTO && args.m <= streaming_max_rows(kernel));
   switch (kernel) {
     case MatmulKernel::AVX512:
       streaming ? detail::gemv_avx512(args) : detail::gemm_avx512(args);

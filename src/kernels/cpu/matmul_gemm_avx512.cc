@@ -3,6 +3,11 @@
 // that stays in L2 (pack_weight_panels) and reused by every row of x; x is packed into k-major
 // slivers of kMr rows that stay in L1. The micro-kernel keeps a kMr × (16·kNv) tile of y in
 // registers and per k step does kNv vector loads of W, kMr broadcasts of x and kMr·kNv FMAs.
+// Both operands are packed 16×16 at a time through an in-register transpose.
+//
+// The same blocking also runs the opt-in bf16-dot kernel (cpu::matmul_bf16_dot): operands packed
+// as bf16 pairs and one vdpbf16ps per two k instead of an FMA per k.
+//
 // GCC 12's AVX-512 headers build "undefined" vectors by self-initialisation (_mm512_undefined_ps),
 // which -Wuninitialized reports at every inlined use of e.g. _mm512_cvtph_ps.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -14,7 +19,6 @@
 #include <algorithm>
 
 #include "kernels/cpu/matmul_kernels.h"
-#include "lowbit/error.h"
 
 namespace lowbit::kernels::cpu::detail {
 
@@ -127,9 +131,9 @@ void transpose16(__m512 r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
-// pack_weight_panels for nr = kNr. The scalar version reads 32 rows that are k apart one element
-// at a time; with k·2 bytes a multiple of 4 KiB those rows all fall into one L1 set and every
-// read misses. Here each row is read 16 elements at a time and transposed in registers.
+// pack_weight_panels for nr = kNr, with vector loads and stores: each row is read 16 elements at a
+// time and the 16×16 block transposed in registers. (Reading the 32 rows, which are k apart and
+// often in one L1 set, an element at a time made packing 20% of a prefill matmul.)
 template <DType kDType>
 void pack_weights(const MatmulArgs& a, int64_t row0, int64_t rows, int64_t k0, int64_t kc, int nr,
                   float* dst) {
@@ -159,7 +163,7 @@ PackWeights pack_for(DType dtype) {
     case DType::BF16: return pack_weights<DType::BF16>;
     case DType::F16: return pack_weights<DType::F16>;
     case DType::F32: return pack_weights<DType::F32>;
-    default: throw Internal("gemm_avx512: weight dtype " + std::string(dtype_name(dtype)));
+    default: throw_bad_dtype("gemm_avx512", dtype);
   }
 }
 
@@ -194,45 +198,66 @@ void pack_weight_pairs(const MatmulArgs& a, int64_t row0, int64_t rows, int64_t 
   }
 }
 
-// x rounded to bf16 (nearest even, as vcvtne2ps2bf16), in pairs: unit (p / 2) · kMr + i holds
-// x[i][k0 + p], x[i][k0 + p + 1] (the second zero past k).
-void pack_activation_pairs(const MatmulArgs& a, int64_t row0, int64_t rows, int64_t k0,
-                           int64_t kc, int mr, float* dst) {
+// ---- packing x: kMr rows × 16 units at a time, transposed in registers -------------------------
+
+// 16 fp32 values of x from p on (zero past `count`): one packed unit per value.
+__m512 load_x16(const float* x, int64_t count) {
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((uint64_t{1} << std::min<int64_t>(count, 16)) - 1), x);
+}
+
+// 32 values of x rounded to bf16 (nearest even, as vcvtne2ps2bf16), as 16 pairs (p, p + 1).
+__m512 load_x32_as_bf16_pairs(const float* x, int64_t count) {
+  __m512 lo = load_x16(x, count);
+  __m512 hi = count > 16 ? load_x16(x + 16, count - 16) : _mm512_setzero_ps();
+  return _mm512_castsi512_ps((__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// pack_activation_slivers for mr = kMr (kPairs = false), or its bf16-pair version for the
+// bf16-dot kernel (unit (p / 2) · kMr + i holds x[i][k0 + p], x[i][k0 + p + 1] rounded to bf16,
+// the second zero past k). Rows are read 16 units at a time and transposed in registers, like W.
+template <bool kPairs>
+void pack_x(const MatmulArgs& a, int64_t row0, int64_t rows, int64_t k0, int64_t kc, int mr,
+            float* dst) {
+  static_assert(kMr <= 16);
+  constexpr int64_t kStep = kPairs ? 32 : 16;  // k values per 16 units
   for (int64_t sliver = 0; sliver < rows; sliver += kMr) {
     const int64_t valid = std::min<int64_t>(kMr, rows - sliver);
-    auto* out = reinterpret_cast<uint32_t*>(dst);
-    for (int64_t i = 0; i < kMr; ++i) {
-      const float* x = a.x + (row0 + sliver + i) * a.k + k0;
-      for (int64_t p = 0; p < kc; p += 32) {
-        const int64_t count = std::min<int64_t>(32, kc - p);
-        __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
-        if (i < valid) {
-          lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>((uint64_t{1} << std::min<int64_t>(count, 16)) - 1), x + p);
-          if (count > 16) {
-            hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>((uint64_t{1} << (count - 16)) - 1), x + p + 16);
-          }
+    for (int64_t p = 0; p < kc; p += kStep) {
+      const int64_t count = std::min(kStep, kc - p);
+      __m512 v[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        if (i >= valid) {
+          v[i] = _mm512_setzero_ps();
+          continue;
         }
-        alignas(64) uint32_t pairs[16];
-        _mm512_store_si512(pairs, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        for (int64_t j = 0; j < (count + 1) / 2; ++j) out[(p / 2 + j) * kMr + i] = pairs[j];
+        const float* x = a.x + (row0 + sliver + i) * a.k + k0 + p;
+        v[i] = kPairs ? load_x32_as_bf16_pairs(x, count) : load_x16(x, count);
+      }
+      transpose16(v);
+      const int64_t units = kPairs ? (count + 1) / 2 : count;
+      const int64_t first_unit = kPairs ? p / 2 : p;
+      for (int64_t j = 0; j < units; ++j) {
+        _mm512_mask_storeu_ps(dst + (first_unit + j) * kMr, (1u << kMr) - 1, v[j]);
       }
     }
-    dst += kc * kMr;  // the driver's sliver stride (only the first half is used)
+    dst += kc * kMr;  // the driver's sliver stride (for pairs only the first half is used)
   }
 }
 
 }  // namespace
 
 void gemm_avx512(const MatmulArgs& args) {
-  run_blocked(args, BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<false>, pack_for(args.w_dtype)});
+  run_blocked(args, BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<false>, pack_for(args.w_dtype),
+                                  pack_x<false>});
 }
 
 void gemm_bf16_dot_avx512(const MatmulArgs& args) {
   if (args.w_dtype != DType::BF16) {
-    throw Internal("gemm_bf16_dot_avx512: weight dtype " + std::string(dtype_name(args.w_dtype)));
+    throw_bad_dtype("gemm_bf16_dot_avx512", args.w_dtype);
   }
   run_blocked(args, BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<true>, pack_weight_pairs,
-                                  pack_activation_pairs});
+                                  pack_x<true>});
 }
 
 }  // namespace lowbit::kernels::cpu::detail

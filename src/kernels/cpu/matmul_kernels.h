@@ -1,8 +1,12 @@
 // Internal to the CPU matmul: the argument bundle every kernel variant takes, the per-ISA entry
 // points, and the ISA-neutral helpers they share (threading plan, packing, scratch memory).
-// The helpers live in matmul_common.cc, compiled for the baseline ISA; ISA files must not define
-// inline functions that another ISA file could also instantiate (the linker would keep one copy,
-// possibly with instructions this CPU lacks), so they keep their code in anonymous namespaces.
+//
+// ISA safety: the helpers live in baseline-ISA files (matmul_common.cc, matmul_driver.cc). Files
+// compiled with -mavx2/-mavx512* keep their code in anonymous namespaces and must not instantiate
+// any inline or template function that other files also use (std::string, exception types...):
+// the linker keeps one copy of such a function for the whole program, possibly the one with
+// AVX-512 instructions, which would then crash an AVX2-only CPU far from any kernel. Check with
+// `nm -C --defined-only <isa>.o | grep " W "`, which should print nothing.
 #pragma once
 
 #include <cstddef>
@@ -77,6 +81,10 @@ using StreamingRows = void (*)(const MatmulArgs& args, Range rows, const float* 
 // The streaming (decode) path: packs x once (chunk, deinterleave as in pack_activation_rows),
 // splits W's rows between threads and runs `rows_fn` on each share. Needs k > 0.
 void run_streaming(const MatmulArgs& args, int chunk, bool deinterleave, StreamingRows rows_fn);
+
+// Throws Internal naming `kernel` and `dtype` (for a dtype the dispatcher should have rejected).
+// Out of line, in a baseline file, so that ISA files never build std::string code.
+[[noreturn]] void throw_bad_dtype(const char* kernel, DType dtype);
 
 // ---- threading ---------------------------------------------------------------------------------
 
