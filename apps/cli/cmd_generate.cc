@@ -97,7 +97,8 @@ void add_generate_command(CLI::App& app, CommandList& commands) {
   sub->add_option("--repetition-penalty", options->sampling.repetition_penalty,
                   "Penalize tokens already in the context (1 = off)");
   sub->add_option("--seed", options->sampling.seed, "Random seed for sampling")->capture_default_str();
-  sub->add_option("--stop", options->stop, "Stop when this string appears (repeatable)");
+  sub->add_option("--stop", options->stop, "Stop when this string appears (repeatable)")
+      ->allow_extra_args(false);
   sub->add_flag("--ignore-eos", options->ignore_eos, "Keep generating after an end-of-sequence id");
   sub->add_flag("--output-ids", options->output_ids, "Print the generated token ids as a JSON list");
   sub->add_flag("--stats", options->stats, "Print prefill and decode speed to stderr");

@@ -70,3 +70,46 @@ TEST(ReferenceModelCliTest, PromptIdsInIdsOut) {
 
 }  // namespace
 }  // namespace lowbit::testing
+
+namespace lowbit::testing {
+namespace {
+
+// The greedy continuation of prompt 0 is known (reference.json); a stop string inside it must cut
+// the output right before it, and the stop string itself is not printed.
+TEST(ReferenceModelCliTest, StopStringEndsGeneration) {
+  std::string expected = reference()["greedy"][0];
+  std::string prompt = reference()["prompts"][0];
+  std::string continuation = expected.substr(expected.find(prompt) + prompt.size());
+  size_t cut = continuation.find("New World");
+  ASSERT_NE(cut, std::string::npos);
+  auto r = run_lowbit("generate --stop 'New World' --stop 'never appears' " +
+                      repo_path("models/ref-llama-19m") + " --prompt '" + prompt + "' -n 48");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, continuation.substr(0, cut) + "\n");
+}
+
+// The chat template renders the prompt (reference.json's example, same messages) and the result
+// is encoded without a second BOS.
+TEST(ReferenceModelCliTest, ChatPromptUsesTheTemplate) {
+  auto chat = run_lowbit("generate " + repo_path("models/ref-llama-19m") +
+                         " --chat --system 'You are terse.' --prompt 'Name a color.' -n 1 --output-ids");
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  std::string rendered = reference()["chat_template_example"];
+  // Single quotes keep the newlines as they are for /bin/sh (the text has no single quote).
+  auto ids = run_lowbit("tokenize " + repo_path("models/ref-llama-19m") + " --no-special-tokens --text '" +
+                        rendered + "'");
+  ASSERT_EQ(ids.exit_code, 0) << ids.output;
+  auto rendered_ids = nlohmann::json::parse(ids.output);
+  EXPECT_EQ(rendered_ids[0], 0);
+  EXPECT_NE(rendered_ids[1], 0);  // exactly one BOS
+  // Greedy next token after the rendered prompt: the same with --chat and with the raw ids.
+  std::string id_list;
+  for (const auto& id : rendered_ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id.get<int>());
+  auto raw = run_lowbit("generate " + repo_path("models/ref-llama-19m") + " --prompt-ids " + id_list +
+                        " -n 1 --output-ids");
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  EXPECT_EQ(chat.output, raw.output);
+}
+
+}  // namespace
+}  // namespace lowbit::testing
