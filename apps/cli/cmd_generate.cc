@@ -71,6 +71,7 @@ int run_generate(const GenerateOptions& options, const CLI::App& app) {
   if (print_text) std::fputc('\n', stdout);
   if (!print_text) std::printf("%s\n", format_id_list(result.output_ids).c_str());
   if (options.stats) {
+    std::fflush(stdout);  // the text first, then the numbers (stderr is unbuffered)
     size_t n = result.output_ids.size();
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s)\n",
                  request.prompt_ids.size(), result.prefill_seconds,

@@ -1,4 +1,6 @@
 // lowbit ppl MODEL --text FILE: perplexity with the reference protocol (src/eval/perplexity.h).
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -59,7 +61,8 @@ int run_ppl(const PplOptions& options) {
                  options.model + "/config.json: --bos needs bos_token_id, which is not set");
     ppl_options.bos_id = *model->config().bos_token_id;
   }
-  bool show_progress = !options.json;
+  // A progress line only for a person watching a terminal, not in logs or pipes.
+  const bool show_progress = !options.json && isatty(fileno(stderr));
   auto result = eval::perplexity(*model, tokens, ppl_options, [&](int64_t done, int64_t total) {
     if (show_progress) std::fprintf(stderr, "\rwindow %lld/%lld", static_cast<long long>(done),
                                     static_cast<long long>(total));
