@@ -9,6 +9,7 @@ packages=(
   libonig-dev          # Oniguruma: the regex engine HF tokenizers uses for pre-tokenizer splits
   libicu-dev           # ICU: Unicode normalization and properties for the tokenizer
   libcli11-dev         # command-line parsing
+  libyaml-cpp-dev      # llm-compressor recipes (YAML) in and out
   libgtest-dev libgmock-dev
   libomp-dev           # OpenMP runtime headers (gcc uses libgomp; clang builds use libomp)
   clang libclang-rt-14-dev  # libFuzzer and sanitizer runtimes for the fuzz targets

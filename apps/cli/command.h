@@ -22,5 +22,6 @@ void add_logits_command(CLI::App& app, CommandList& commands);
 void add_tokenize_commands(CLI::App& app, CommandList& commands);
 void add_synth_command(CLI::App& app, CommandList& commands);
 void add_bench_command(CLI::App& app, CommandList& commands);
+void add_quantize_command(CLI::App& app, CommandList& commands);
 
 }  // namespace lowbit::cli

@@ -75,6 +75,23 @@ inline float fp8_e4m3_to_f32(uint8_t v) {
   return sign ? -magnitude : magnitude;
 }
 
+// fp32 → OCP FP8 E4M3 ("fn"), as torch's .to(torch.float8_e4m3fn): round to nearest even on the
+// e4m3 grid; no saturation: a magnitude that rounds above 448 (i.e. > 464, the midpoint to the
+// would-be 480), and ±inf, become NaN (0x7F | sign); NaN stays NaN. Subnormal step 2^-9.
+inline uint8_t f32_to_fp8_e4m3(float f) {
+  const uint32_t bits = f32_to_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80);
+  const uint32_t abs_bits = bits & 0x7FFFFFFF;
+  if (abs_bits >= 0x7F800000) return sign | 0x7F;  // inf or NaN
+  if (abs_bits < 0x3C800000) {                     // below 2^-6, the smallest normal
+    // exact multiply by 2^9; nearbyint rounds half to even; 8 carries into code 0x08 = 2^-6
+    return sign | static_cast<uint8_t>(std::nearbyint(bits_to_f32(abs_bits) * 512.0f));
+  }
+  const uint32_t rounding = 0x7FFFF + ((abs_bits >> 20) & 1);
+  const uint32_t code = ((abs_bits + rounding) >> 20) - ((127 - 7) << 3);
+  return code > 0x7E ? (sign | 0x7F) : static_cast<uint8_t>(sign | code);
+}
+
 // OCP FP8 E5M2 (IEEE-like: has infinities and NaNs).
 inline float fp8_e5m2_to_f32(uint8_t v) { return f16_to_f32(static_cast<uint16_t>(v) << 8); }
 

@@ -50,6 +50,9 @@ class ConfigReader {
   // The nested object under `key`, if present and not null (an error if it is not an object).
   std::optional<ConfigReader> optional_object(const std::string& key) const;
 
+  // The raw JSON value under `key` (null if absent or JSON null).
+  const nlohmann::json* raw(const std::string& key) const { return find(key); }
+
   // "config.json: <path(key)> <what>" as an InvalidArgument.
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;
 

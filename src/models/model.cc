@@ -63,6 +63,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
   model->weights_ = load_decoder_weights(*model->checkpoint_, model->config_, *model->spec_,
                                          &model->unused_tensors_);
   model->rope_ = std::make_unique<RotaryEmbedding>(model->config_);
+  model->directory_ = dir;
   log_debug("loaded " + model->config_.architecture + " from " + dir);
   return model;
 }

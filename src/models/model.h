@@ -95,6 +95,13 @@ class Model {
   Summary summary() const;
 
   const DecoderWeights& weights() const { return weights_; }
+  const RotaryEmbedding& rotary() const { return *rope_; }
+  const formats::Checkpoint& checkpoint() const { return *checkpoint_; }
+  const std::string& directory() const { return directory_; }
+
+  // The quantization pipeline replaces weights (smoothing, fake-quantized values) in place. Only
+  // before the model is shared with other threads.
+  DecoderWeights& mutable_weights() { return weights_; }
 
  private:
   Model() = default;
@@ -105,6 +112,7 @@ class Model {
   DecoderWeights weights_;
   std::unique_ptr<RotaryEmbedding> rope_;
   std::vector<std::string> unused_tensors_;
+  std::string directory_;
 };
 
 }  // namespace lowbit::models

@@ -201,6 +201,12 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.eos_token_ids = read_token_ids(json, "eos_token_id", spec.defaults.eos_token_id);
   if (spec.configure != nullptr) spec.configure(json, c);
   finish_layers(json, c);
+  const nlohmann::json* quant = json.raw("quantization_config");
+  if (quant == nullptr) quant = json.raw("compression_config");
+  if (quant != nullptr) {
+    if (!quant->is_object()) json.fail("quantization_config", "must be an object");
+    c.quantization_config_json = quant->dump();
+  }
   return c;
 }
 

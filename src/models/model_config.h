@@ -94,6 +94,10 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;
   GenerationConfig generation;
 
+  // config.json's `quantization_config` (or the older `compression_config`) as JSON text, empty
+  // when the checkpoint is not quantized; the quantization code parses it.
+  std::string quantization_config_json;
+
   // Dimensions RoPE rotates in each head: int(head_dim * partial_rotary_factor).
   int64_t rotary_dim() const;
 };

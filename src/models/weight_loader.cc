@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "lowbit/error.h"
+#include "models/compressed_linear.h"
 
 namespace lowbit::models {
 
@@ -14,7 +15,34 @@ namespace {
 class TensorFetcher {
  public:
   TensorFetcher(const formats::Checkpoint& checkpoint, const ModelConfig& config)
-      : checkpoint_(checkpoint), config_(config) {}
+      : checkpoint_(checkpoint),
+        config_(config),
+        quantized_(CompressedLinearLoader::from_config(config)) {}
+
+  // Quantized checkpoints: the dtype dequantized weights get (the embedding's).
+  DType model_dtype = DType::BF16;
+
+  // A Linear's weight: stored as is, or dequantized from its compressed-tensors tensors.
+  Linear linear_weight(const std::string& base, int64_t out, int64_t in) {
+    if (quantized_ && quantized_->scheme_of(base) != nullptr) {
+      return quantized_->load(checkpoint_, base, out, in, model_dtype, used_);
+    }
+    Linear l;
+    l.weight = get(base + ".weight", {out, in});
+    return l;
+  }
+
+  // Tensors the checkpoint carries for runtime methods that this loader does not use yet.
+  bool is_quantization_extra(const std::string& name) const {
+    if (!quantized_) return false;
+    for (const char* suffix : {".k_scale", ".v_scale", ".q_scale", ".k_zero_point", ".v_zero_point"}) {
+      const std::string s(suffix);
+      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+        return true;
+      }
+    }
+    return false;
+  }
 
   bool has(const std::string& name) const { return checkpoint_.has(name); }
 
@@ -54,6 +82,7 @@ class TensorFetcher {
  private:
   const formats::Checkpoint& checkpoint_;
   const ModelConfig& config_;
+  std::unique_ptr<CompressedLinearLoader> quantized_;
   std::set<std::string> used_;
 };
 
@@ -62,8 +91,7 @@ std::vector<float> slice(const std::vector<float>& v, int64_t begin, int64_t end
 }
 
 Linear linear(TensorFetcher& fetch, const std::string& base, int64_t out, int64_t in, bool bias) {
-  Linear l;
-  l.weight = fetch.get(base + ".weight", {out, in});
+  Linear l = fetch.linear_weight(base, out, in);
   if (bias) l.bias = fetch.vector_f32(base + ".bias", out);
   return l;
 }
@@ -81,6 +109,10 @@ AttentionWeights load_attention(TensorFetcher& fetch, const ModelConfig& c, cons
     a.q.weight = fused.weight.slice_rows(0, q_out);
     a.k.weight = fused.weight.slice_rows(q_out, q_out + kv_out);
     a.v.weight = fused.weight.slice_rows(q_out + kv_out, q_out + 2 * kv_out);
+    for (Linear* part : {&a.q, &a.k, &a.v}) {
+      part->input_quant = fused.input_quant;
+      part->input_scale = fused.input_scale;
+    }
     if (!fused.bias.empty()) {
       a.q.bias = slice(fused.bias, 0, q_out);
       a.k.bias = slice(fused.bias, q_out, q_out + kv_out);
@@ -109,6 +141,10 @@ MlpWeights load_mlp(TensorFetcher& fetch, const ModelConfig& c, const ArchSpec& 
     Linear fused = linear(fetch, prefix + names.gate_up_proj, 2 * inter, c.hidden_size, c.mlp_bias);
     m.gate.weight = fused.weight.slice_rows(0, inter);
     m.up.weight = fused.weight.slice_rows(inter, 2 * inter);
+    for (Linear* part : {&m.gate, &m.up}) {
+      part->input_quant = fused.input_quant;
+      part->input_scale = fused.input_scale;
+    }
     if (!fused.bias.empty()) {
       m.gate.bias = slice(fused.bias, 0, inter);
       m.up.bias = slice(fused.bias, inter, 2 * inter);
@@ -166,6 +202,7 @@ std::vector<std::string> report_unused(const formats::Checkpoint& checkpoint,
   std::vector<std::string> unused;
   for (const std::string& name : checkpoint.names()) {
     if (fetch.used().count(name) != 0) continue;
+    if (fetch.is_quantization_extra(name)) continue;
     // Buffers some exporters save, and a redundant lm_head in a tied checkpoint.
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (c.tie_word_embeddings && name == spec.names.lm_head) continue;
@@ -186,6 +223,7 @@ DecoderWeights load_decoder_weights(const formats::Checkpoint& checkpoint, const
   const ArchTensorNames& names = spec.names;
   DecoderWeights w;
   w.embed = fetch.get(names.embed, {c.vocab_size, c.hidden_size});
+  fetch.model_dtype = w.embed.dtype();
   w.embed_scale = spec.scale_embedding
                       ? static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)))
                       : 1.0f;
@@ -209,11 +247,13 @@ DecoderWeights load_decoder_weights(const formats::Checkpoint& checkpoint, const
   if (c.tie_word_embeddings) {
     w.lm_head.weight = w.embed;  // the unscaled embedding matrix
   } else {
-    if (!checkpoint.has(names.lm_head)) {
+    const std::string head = names.lm_head.substr(0, names.lm_head.rfind(".weight"));
+    if (!checkpoint.has(names.lm_head) && !checkpoint.has(head + ".weight_packed") &&
+        !checkpoint.has(head + ".weight_scale")) {
       throw InvalidArgument(checkpoint.path() + ": tensor '" + names.lm_head + "' is missing and " +
                             c.source + " has tie_word_embeddings false");
     }
-    w.lm_head.weight = fetch.get(names.lm_head, {c.vocab_size, c.hidden_size});
+    w.lm_head = fetch.linear_weight(head, c.vocab_size, c.hidden_size);
   }
   std::vector<std::string> not_used = report_unused(checkpoint, fetch, c, spec);
   if (unused != nullptr) *unused = std::move(not_used);

@@ -1,26 +1,43 @@
 // A linear layer y = x·Wᵀ (+ b) whose weight stays in its stored dtype (a zero-copy view of the
-// checkpoint) and whose bias, if any, was converted to fp32 once at load.
+// checkpoint, or an owned tensor after dequantization / calibration) and whose bias, if any, was
+// converted to fp32 once at load.
+//
+// Two optional extras serve quantization: an input observer (the calibration pipeline's forward
+// hook: it sees every input batch, like a torch forward pre-hook) and an emulated dynamic input
+// quantization (W8A8 / FP8 activations fake-quantized per token before the matmul, until real
+// low-precision kernels run them).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/matmul.h"
 #include "lowbit/tensor.h"
+#include "quant/scheme/quant_args.h"
 
 namespace lowbit::models {
+
+class LinearInputObserver {
+ public:
+  virtual ~LinearInputObserver() = default;
+  // x: [rows, in_features], the input the layer is about to multiply.
+  virtual void observe(const float* x, int64_t rows, int64_t cols) = 0;
+};
 
 struct Linear {
   Tensor weight;            // [out_features, in_features], F32 / F16 / BF16
   std::vector<float> bias;  // out_features values, or empty
+  std::optional<quant::QuantArgs> input_quant;  // activation fake quantization
+  float input_scale = 0.0f;                     // its scale when static (per tensor)
+  LinearInputObserver* observer = nullptr;      // not owned; set only while calibrating
 
   int64_t in_features() const { return weight.dim(1); }
   int64_t out_features() const { return weight.dim(0); }
 
   // x: [rows, in_features] → y: [rows, out_features].
-  void apply(const float* x, int64_t rows, float* y) const {
-    kernels::matmul(x, rows, weight.dim(1), weight, bias.empty() ? nullptr : bias.data(), y);
-  }
+  void apply(const float* x, int64_t rows, float* y) const;
 };
 
 }  // namespace lowbit::models

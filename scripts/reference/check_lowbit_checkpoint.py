@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Check a compressed-tensors checkpoint (written by lowbit) against the reference implementations.
+
+Loads checkpoint DIR twice, both in fp32 compute with the weights decompressed from the stored values:
+  (a) compressed-tensors alone: an empty model from config.json, compressed-tensors'
+      apply_quantization_config + ModelCompressor.compress_model to obtain the exact compressed
+      parameter layout, the safetensors loaded into it with load_state_dict(strict=True), then
+      ModelCompressor.decompress_model;
+  (b) transformers: AutoModelForCausalLM.from_pretrained(DIR, dtype=float32,
+      quantization_config=CompressedTensorsConfig(dequantize=True)).
+Before (a) it checks the tensor set: every tensor name, dtype and shape in DIR's safetensors must be
+exactly what compressed-tensors itself writes for that quantization_config (with the model dtype of
+config.json), with no tensor missing or extra.
+
+Then it runs the prompts of the golden reference (tests/golden/ref-llama-19m/reference_logits.safetensors:
+prompt{i}.input_ids, BOS included) through (a) and (b) and reports max |logit difference| between
+(a) and (b), each of them and the optional lowbit logits files, and (for information) the bf16 model's
+golden logits. Schemes with input activation quantization (W8A8, FP8_DYNAMIC, FP8_BLOCK...) are run twice:
+"act" = compressed-tensors' forward with dynamic activation fake-quantization (what transformers does,
+and what SUMMARY.json's perplexities use) and "weight_only" = activation quantization disabled; lowbit
+logits are compared with both. Also reports max |weight difference| between (a) and (b).
+
+lowbit logits files (one per prompt, in prompt order) come from
+  lowbit logits DIR --prompt-ids <ids of prompt i> -o OUT_i.safetensors
+(apps/cli/cmd_logits.cc: tensors "logits" [T, vocab] fp32 and "input_ids" [T] int64); the script
+prints the three --prompt-ids lists with --print-prompt-ids.
+
+Exit status 1 if the tensor set differs, if max|a - b| > --ab-tol (default 0: both paths run the same
+compressed-tensors decompression, so any difference is a bug), or, when --lowbit-tol is given, if the
+lowbit logits differ from both reference variants by more than it.
+
+Reference environment: scripts/reference/setup-llmcompressor-venv.sh (llmcompressor 0.14.0.1,
+compressed-tensors 0.19.0, torch 2.11.0, transformers 5.17.0; requirements-llmcompressor.txt). CPU only.
+
+Usage (from the repository root):
+  CUDA_VISIBLE_DEVICES= /work/venv-llmc/bin/python scripts/reference/check_lowbit_checkpoint.py DIR \
+      [--lowbit-logits P0.safetensors P1.safetensors P2.safetensors] [--lowbit-tol X] \
+      [--golden tests/golden/ref-llama-19m] [--json OUT.json] [--print-prompt-ids]
+Tested on llm-compressor's own checkpoints: /work/scratch-llmc/<name> from run_llmcompressor.py.
+"""
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def read_checkpoint(ckpt):
+    """All tensors of DIR's *.safetensors, as stored."""
+    tensors = {}
+    for fname in sorted(f for f in os.listdir(ckpt) if f.endswith(".safetensors")):
+        with safe_open(os.path.join(ckpt, fname), framework="pt") as f:
+            for key in f.keys():
+                if key in tensors:
+                    raise SystemExit(f"{ckpt}: tensor {key} appears in two files")
+                tensors[key] = f.get_tensor(key)
+    return tensors
+
+
+def compressed_skeleton(ckpt, dtype):
+    """Empty model of DIR's architecture holding compressed-tensors' compressed parameter layout."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with open(os.path.join(ckpt, "config.json"), encoding="utf-8") as f:
+        raw = json.load(f)["quantization_config"]
+    qconfig = QuantizationConfig.model_validate(raw)
+    config = AutoConfig.from_pretrained(ckpt)
+    del config.quantization_config  # build the plain model; compressed-tensors is applied by hand
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    apply_quantization_config(model, qconfig, run_compressed=False, show_progress=False)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_scale"):
+                p.fill_(1.0)  # any finite scale; the real ones are loaded after compression
+    compressor = ModelCompressor(quantization_config=qconfig)
+    compressor.compress_model(model)
+    return model, compressor, qconfig
+
+
+def check_tensor_set(ckpt, stored):
+    """Differences between DIR's tensors and the layout compressed-tensors writes."""
+    from transformers import AutoConfig
+    dtype = AutoConfig.from_pretrained(ckpt).dtype or torch.bfloat16
+    model, _, _ = compressed_skeleton(ckpt, dtype)
+    expected = {k: (v.dtype, tuple(v.shape)) for k, v in model.state_dict().items()}
+    problems = []
+    for k in sorted(set(expected) - set(stored)):
+        problems.append(f"missing {k} ({expected[k][0]}, {list(expected[k][1])})")
+    for k in sorted(set(stored) - set(expected)):
+        problems.append(f"unexpected {k} ({stored[k].dtype}, {list(stored[k].shape)})")
+    for k in sorted(set(stored) & set(expected)):
+        got = (stored[k].dtype, tuple(stored[k].shape))
+        if got != expected[k]:
+            problems.append(f"{k}: {got[0]} {list(got[1])}, compressed-tensors writes "
+                            f"{expected[k][0]} {list(expected[k][1])}")
+    return problems
+
+
+def load_via_model_compressor(ckpt, stored):
+    model, compressor, qconfig = compressed_skeleton(ckpt, torch.float32)
+    model.load_state_dict(stored, strict=True)
+    compressor.decompress_model(model)
+    return model.eval(), qconfig
+
+
+def load_via_transformers(ckpt):
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    model = AutoModelForCausalLM.from_pretrained(
+        ckpt, dtype=torch.float32, quantization_config=CompressedTensorsConfig(dequantize=True))
+    return model.eval()
+
+
+def has_activation_quant(qconfig):
+    return any(s.input_activations is not None or s.output_activations is not None
+               for s in qconfig.config_groups.values())
+
+
+def set_quantization_enabled(model, enabled):
+    for m in model.modules():
+        if hasattr(m, "quantization_scheme"):
+            m.quantization_enabled = enabled
+
+
+def run_prompts(model, prompts):
+    with torch.no_grad():
+        return [model(ids[None]).logits[0].float() for ids in prompts]
+
+
+def max_diff(xs, ys):
+    return max(float((x - y).abs().max()) for x, y in zip(xs, ys))
+
+
+def argmax_agreement(xs, ys):
+    same = sum(int((x.argmax(-1) == y.argmax(-1)).sum()) for x, y in zip(xs, ys))
+    return same / sum(x.shape[0] for x in xs)
+
+
+def max_weight_diff(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    worst, where = 0.0, None
+    for k, v in sa.items():
+        if k not in sb or not v.is_floating_point():
+            continue
+        d = float((v.float() - sb[k].float()).abs().max()) if v.numel() else 0.0
+        if d > worst or where is None:
+            worst, where = d, k
+    missing = sorted(set(k for k, v in sa.items() if v.is_floating_point()) ^
+                     set(k for k, v in sb.items() if v.is_floating_point()))
+    return worst, where, missing
+
+
+def load_lowbit_logits(files, prompts):
+    out = []
+    for i, (path, ids) in enumerate(zip(files, prompts)):
+        t = load_file(path)
+        if "logits" not in t or "input_ids" not in t:
+            raise SystemExit(f"{path}: needs tensors 'logits' and 'input_ids' (lowbit logits output)")
+        if t["input_ids"].tolist() != ids.tolist():
+            raise SystemExit(f"{path}: input_ids {t['input_ids'].tolist()} are not prompt {i}'s {ids.tolist()}")
+        if tuple(t["logits"].shape) != (ids.numel(), t["logits"].shape[-1]):
+            raise SystemExit(f"{path}: logits shape {list(t['logits'].shape)} for {ids.numel()} tokens")
+        out.append(t["logits"].float())
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir")
+    ap.add_argument("--golden", default=os.path.join(REPO, "tests", "golden", "ref-llama-19m"))
+    ap.add_argument("--lowbit-logits", nargs="*", default=[])
+    ap.add_argument("--lowbit-tol", type=float, default=None)
+    ap.add_argument("--ab-tol", type=float, default=0.0)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--print-prompt-ids", action="store_true")
+    a = ap.parse_args()
+
+    gold = load_file(os.path.join(a.golden, "reference_logits.safetensors"))
+    n_prompts = len([k for k in gold if k.endswith(".input_ids")])
+    prompts = [gold[f"prompt{i}.input_ids"] for i in range(n_prompts)]
+    golden_logits = [gold[f"prompt{i}.logits"].float() for i in range(n_prompts)]
+    if a.print_prompt_ids:
+        for i, ids in enumerate(prompts):
+            print(f"prompt{i}: --prompt-ids {','.join(map(str, ids.tolist()))}")
+        return 0
+    if a.lowbit_logits and len(a.lowbit_logits) != n_prompts:
+        raise SystemExit(f"--lowbit-logits needs {n_prompts} files (one per prompt), got {len(a.lowbit_logits)}")
+
+    stored = read_checkpoint(a.dir)
+    report = {"checkpoint": os.path.abspath(a.dir), "num_tensors": len(stored)}
+    problems = check_tensor_set(a.dir, stored)
+    report["tensor_set_problems"] = problems
+    ok = not problems
+    if problems:
+        print(f"{a.dir}: {len(problems)} tensor(s) differ from the compressed-tensors layout:")
+        for p in problems[:50]:
+            print("  " + p)
+        report["ok"] = False
+        if a.json:
+            with open(a.json, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+        return 1
+
+    model_a, qconfig = load_via_model_compressor(a.dir, stored)
+    model_b = load_via_transformers(a.dir)
+    wdiff, wkey, wmissing = max_weight_diff(model_a, model_b)
+    report["weights_a_vs_b"] = {"max_abs_diff": wdiff, "worst_tensor": wkey, "not_in_both": wmissing}
+
+    variants = ["act", "weight_only"] if has_activation_quant(qconfig) else ["act"]
+    lowbit = load_lowbit_logits(a.lowbit_logits, prompts) if a.lowbit_logits else None
+    report["variants"] = {}
+    lowbit_best = None
+    for v in variants:
+        set_quantization_enabled(model_a, v == "act")
+        set_quantization_enabled(model_b, v == "act")
+        la, lb = run_prompts(model_a, prompts), run_prompts(model_b, prompts)
+        r = {"max_abs_logit_diff_a_vs_b": max_diff(la, lb),
+             "max_abs_logit_diff_a_vs_bf16_golden": max_diff(la, golden_logits),
+             "argmax_agreement_a_vs_bf16_golden": argmax_agreement(la, golden_logits)}
+        ok = ok and r["max_abs_logit_diff_a_vs_b"] <= a.ab_tol
+        if lowbit is not None:
+            r["max_abs_logit_diff_lowbit_vs_a"] = max_diff(lowbit, la)
+            r["max_abs_logit_diff_lowbit_vs_b"] = max_diff(lowbit, lb)
+            r["argmax_agreement_lowbit_vs_a"] = argmax_agreement(lowbit, la)
+            d = r["max_abs_logit_diff_lowbit_vs_a"]
+            lowbit_best = d if lowbit_best is None else min(lowbit_best, d)
+        report["variants"][v] = r
+    if lowbit is not None and a.lowbit_tol is not None:
+        report["lowbit_tol"] = a.lowbit_tol
+        ok = ok and lowbit_best <= a.lowbit_tol
+    report["ok"] = ok
+    print(json.dumps(report, indent=1))
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

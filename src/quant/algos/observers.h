@@ -1,0 +1,97 @@
+// llm-compressor's observers (llmcompressor/observers/{min_max,mse,mse_quant}.py, 0.14.0.1): what
+// turns observed values into the (min, max) ranges calculate_qparams takes. A "slot" is one
+// quantization parameter: the whole tensor, a weight row (channel), a row's group of columns, or a
+// block; its values are what flatten_for_calibration puts on the last axis.
+//
+// Weights always get a memoryless observer (llm-compressor forces minmax / static_minmax →
+// memoryless_minmax and mse → memoryless_mse for weights). Activations use StaticMinMax (running
+// global range) or EmaMinMax (moving average, llm-compressor's "minmax").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lowbit/dtype.h"
+#include "quant/scheme/qparams.h"
+#include "quant/scheme/quant_args.h"
+
+namespace lowbit::quant {
+
+// Per-slot ranges laid out like QParams' grid (grid_rows x grid_cols, row-major).
+struct SlotRange {
+  int64_t grid_rows = 1, grid_cols = 1;
+  std::vector<float> min, max;
+};
+
+// min / max over each slot of a weight [rows, cols] (tensor, channel, group, tensor_group, block;
+// blocks are zero-padded to whole tiles as the observer pads them). Throws InvalidArgument for
+// strategies that cannot apply to weights or group sizes that do not divide cols.
+SlotRange weight_slot_range(const float* w, int64_t rows, int64_t cols, const QuantArgs& args);
+
+// min / max of activations x [tokens, channels] per slot: tensor → one slot; group / tensor_group →
+// one per group of channels (over all tokens). Other strategies throw InvalidArgument.
+SlotRange activation_slot_range(const float* x, int64_t tokens, int64_t channels,
+                                const QuantArgs& args);
+
+// memoryless_mse's knobs (observer_kwargs): the search tries p = 1 - i/grid for
+// i < int(maxshrink*grid) on (p*min, p*max)·expand, scoring Σ|Q(x)-x|^norm per slot, and stops after
+// `patience` consecutive steps in which no slot improved.
+struct MseOptions {
+  double grid = 100.0;
+  double maxshrink = 0.20;
+  double norm = 2.4;
+  int patience = 5;
+  double expand = 1.0;
+  // Defaults for args.observer ("nvfp4_expanded_mse": expand 1.8, grid 200, maxshrink 1-0.8/1.8,
+  // patience 1000), overridden by args.observer_kwargs. Throws InvalidArgument for expand < 1.
+  static MseOptions from_args(const QuantArgs& args);
+};
+
+// The range memoryless_mse keeps for each slot of a weight (the shrunk min / max, in `compute`).
+SlotRange mse_weight_range(const float* w, int64_t rows, int64_t cols, const QuantArgs& args,
+                           DType compute, const MseOptions& options);
+
+// True for the observer names that run the MSE search ("mse", "memoryless_mse",
+// "nvfp4_expanded_mse"); false for the min-max ones and null. Throws Unsupported otherwise
+// (imatrix_mse needs activation statistics lowbit does not collect here).
+bool observer_is_mse(const QuantArgs& args);
+
+// Weight qparams as llm-compressor's weight observer computes them for args.observer: memoryless
+// min-max or the MSE search, then calculate_qparams. For tensor_group the global scale comes from
+// the kept range's absmax unless `global_scale` > 0 is given (fused q/k/v, gate/up).
+QParams observe_weight(const float* w, int64_t rows, int64_t cols, const QuantArgs& args,
+                       DType compute, float global_scale = 0.0f);
+
+// The global scale of a tensor_group weight from its kept range (get_global_scale), or 0 for other
+// strategies.
+float global_scale_of_range(const SlotRange& range, const QuantArgs& args, DType compute);
+
+// static_minmax: element-wise running min of mins and max of maxes over all batches.
+class StaticMinMax {
+ public:
+  void update(const SlotRange& batch);
+  bool empty() const { return !has_; }
+  const SlotRange& range() const { return range_; }
+
+ private:
+  SlotRange range_;
+  bool has_ = false;
+};
+
+// minmax: new = old·(1-c) + batch·c (the first batch initialises), in the activations' dtype.
+class EmaMinMax {
+ public:
+  explicit EmaMinMax(double averaging_constant = 0.01, DType compute = DType::F32)
+      : c_(averaging_constant), compute_(compute) {}
+  void update(const SlotRange& batch);
+  bool empty() const { return !has_; }
+  const SlotRange& range() const { return range_; }
+
+ private:
+  double c_;
+  DType compute_;
+  SlotRange range_;
+  bool has_ = false;
+};
+
+}  // namespace lowbit::quant

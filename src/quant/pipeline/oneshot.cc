@@ -1,0 +1,237 @@
+#include "quant/pipeline/oneshot.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/log.h"
+#include "eval/perplexity.h"
+#include "lowbit/error.h"
+#include "models/layer_runner.h"
+#include "quant/pipeline/module_plan.h"
+#include "quant/pipeline/output_writer.h"
+#include "quant/pipeline/progress.h"
+#include "quant/pipeline/quantize_pass.h"
+#include "quant/pipeline/resume_store.h"
+#include "quant/pipeline/smoothing_pass.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit::quant {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+int64_t weight_bytes(const fs::path& dir) {
+  int64_t total = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".safetensors") total += static_cast<int64_t>(e.file_size());
+  }
+  return total;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  const fs::path a = fs::weakly_canonical(inner), b = fs::weakly_canonical(outer);
+  auto it = a.begin();
+  for (const fs::path& part : b) {
+    if (it == a.end() || *it != part) return false;
+    ++it;
+  }
+  return true;
+}
+
+// Refuses outputs that would clobber the input or a user's files; prepares OUT.tmp.
+void check_paths(const OneshotOptions& o) {
+  if (o.output_dir.empty()) throw InvalidArgument("no output directory given (-o OUT)");
+  if (is_within(o.output_dir, o.model_dir)) {
+    throw InvalidArgument(o.output_dir + ": the output must not be inside the input model directory " +
+                          o.model_dir);
+  }
+  if (is_within(o.model_dir, o.output_dir)) {
+    throw InvalidArgument(o.output_dir + ": the output must not contain the input model directory");
+  }
+  const fs::path out(o.output_dir);
+  if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out)) && !o.overwrite) {
+    throw InvalidArgument(o.output_dir + ": exists and is not empty; pass --overwrite to replace it");
+  }
+  const fs::path tmp = o.output_dir + ".tmp";
+  if (fs::exists(tmp) && !o.resume) {
+    if (!o.overwrite) {
+      throw InvalidArgument(tmp.string() + ": an unfinished run is there; pass --resume to continue "
+                            "it or --overwrite to start over");
+    }
+    fs::remove_all(tmp);
+  }
+}
+
+std::string run_fingerprint(const OneshotOptions& o, const CalibrationSet& samples) {
+  std::string data = read_text(fs::path(o.model_dir) / "config.json") + "\n" + o.recipe_yaml + "\n";
+  for (const std::vector<int32_t>& s : samples) {
+    data.append(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(int32_t));
+    data.push_back('\n');
+  }
+  return fingerprint_of(data);
+}
+
+const QuantArgs& first_weight_args(const QuantizeStep& q) {
+  for (const auto& [name, scheme] : q.groups) {
+    if (scheme.weights) return *scheme.weights;
+  }
+  throw InvalidArgument("AWQ needs a following quantization step with weight quantization");
+}
+
+void evaluate(const OneshotOptions& o, const models::Model& model, OneshotReport& report) {
+  const Tokenizer tok = Tokenizer::from_dir(o.model_dir);
+  std::string text = read_text(o.eval_text);
+  // Python's text mode, as `lowbit ppl` and the reference numbers read it: CRLF and CR → LF.
+  std::string lf;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\r') {
+      lf.push_back(text[i]);
+    } else if (i + 1 >= text.size() || text[i + 1] != '\n') {
+      lf.push_back('\n');
+    }
+  }
+  eval::PerplexityOptions po;
+  po.context = o.eval_ctx;
+  po.max_windows = o.eval_windows;
+  const eval::PerplexityResult r = eval::perplexity(model, tok.encode(lf, false), po);
+  report.perplexity = r.perplexity;
+  report.perplexity_tokens = r.scored_tokens;
+}
+
+}  // namespace
+
+OneshotReport run_oneshot(const OneshotOptions& o) {
+  const auto start = Clock::now();
+  if (o.plan.steps.empty() || !std::holds_alternative<QuantizeStep>(o.plan.steps.back())) {
+    throw InvalidArgument("the recipe has no quantization modifier (GPTQModifier or "
+                          "QuantizationModifier) at its end");
+  }
+  if (!o.eval_text.empty() && !fs::exists(o.eval_text)) {
+    throw InvalidArgument(o.eval_text + ": evaluation text not found");
+  }
+  check_paths(o);
+  std::unique_ptr<models::Model> model = models::Model::load(o.model_dir);
+  const QuantizeStep& quantize = o.plan.quantize();
+  ModulePlan plan = plan_modules(*model, quantize.groups, quantize.ignore);
+  const DType compute = model->weights().embed.dtype();
+  OneshotReport report;
+  report.input_bytes = weight_bytes(o.model_dir);
+
+  bool needs_data = needs_calibration(quantize);
+  for (const PlanStep& s : o.plan.steps) needs_data = needs_data || !std::holds_alternative<QuantizeStep>(s);
+  for (const PlanStep& s : o.plan.steps) {
+    if (!std::holds_alternative<QuantizeStep>(s)) check_smoothable(*model);
+  }
+  CalibrationSet samples;
+  if (needs_data) {
+    if (o.calibration.path.empty()) {
+      throw InvalidArgument("this recipe needs calibration data: pass --dataset FILE");
+    }
+    samples = load_calibration(o.calibration, o.model_dir);
+    if (!o.save_calibration_ids.empty()) {
+      save_calibration_ids(samples, o.calibration.seq_len, o.save_calibration_ids);
+    }
+  }
+  report.calibration_samples = static_cast<int64_t>(samples.size());
+  for (const auto& s : samples) report.calibration_tokens += static_cast<int64_t>(s.size());
+
+  const std::string tmp = o.output_dir + ".tmp";
+  ResumeStore store((fs::path(tmp) / ".lowbit-resume").string(), run_fingerprint(o, samples));
+  const int resumable = store.completed_layers();
+  const int layers = static_cast<int>(model->config().num_layers);
+  models::LayerRunner runner(*model);
+  Progress progress(o.progress);
+
+  double algorithm = 0.0;
+  for (const PlanStep& step : o.plan.steps) {
+    if (std::holds_alternative<QuantizeStep>(step)) break;
+    ActivationCache cache = embed_samples(runner, samples, model->config().hidden_size);
+    const SmoothingContext sctx{model.get(), compute};
+    const bool awq = std::holds_alternative<AwqStep>(step);
+    progress.start(awq ? "AWQ" : "SmoothQuant", layers);
+    for (int l = 0; l < layers; ++l) {
+      const auto t = Clock::now();
+      if (awq) {
+        awq_layer(sctx, std::get<AwqStep>(step), first_weight_args(quantize), l, runner, cache);
+      } else {
+        smoothquant_layer(sctx, std::get<SmoothQuantStep>(step), l, runner, cache);
+      }
+      algorithm += since(t);
+      progress.layer_done(l);
+    }
+    progress.finish();
+  }
+
+  QuantizeOutcome outcome;
+  const QuantizeContext ctx{model.get(), &plan, &quantize, compute};
+  progress.start(quantize.gptq ? "GPTQ" : "quantize", layers);
+  if (needs_calibration(quantize)) {
+    ActivationCache cache = embed_samples(runner, samples, model->config().hidden_size);
+    log_info("calibration cache: " + std::to_string(cache.bytes() >> 20) + " MiB for " +
+             std::to_string(cache.tokens()) + " tokens");
+    for (int l = 0; l < layers; ++l) {
+      if (l < resumable) {
+        store.load_layer(l, plan, outcome);
+        for (int index : plan.of_layer(l)) {
+          if (outcome.modules.count(index) != 0) enable_input_quantization(ctx, index, outcome.modules.at(index));
+        }
+        run_layer_over_cache(runner, model->weights().layers[static_cast<size_t>(l)], cache, true);
+        ++report.resumed_layers;
+      } else {
+        quantize_layer(ctx, l, runner, cache, outcome);
+        store.save_layer(l, plan, outcome);
+        store.mark_done(l + 1);
+      }
+      progress.layer_done(l);
+    }
+  } else {
+    for (int l = 0; l < layers; ++l) {
+      quantize_layer_rtn(ctx, l, outcome);
+      progress.layer_done(l);
+    }
+  }
+  quantize_layer_rtn(ctx, -1, outcome);  // lm_head, when a user targets it
+  progress.finish();
+  report.quantized_modules = static_cast<int64_t>(outcome.modules.size());
+  report.seconds_calibration_forward = outcome.forward_seconds;
+  report.seconds_algorithm = algorithm + outcome.algorithm_seconds;
+
+  if (!o.eval_text.empty()) evaluate(o, *model, report);
+
+  const auto write_start = Clock::now();
+  const OutputRequest request{model.get(), &plan, &quantize, &outcome, compute, o.recipe_yaml};
+  write_quantized_checkpoint(request, tmp);
+  fs::remove_all(store.dir());
+  if (fs::exists(o.output_dir)) fs::remove_all(o.output_dir);
+  fs::rename(tmp, o.output_dir);
+  report.seconds_writing = since(write_start);
+  report.output_bytes = weight_bytes(o.output_dir);
+  report.output_dir = o.output_dir;
+  report.peak_rss_bytes = peak_rss_bytes();
+  report.seconds_total = since(start);
+  return report;
+}
+
+}  // namespace lowbit::quant

@@ -1,0 +1,176 @@
+#include "quant/pipeline/output_writer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/float_convert.h"
+#include "lowbit/error.h"
+#include "quant/scheme/compressed_tensor.h"
+
+namespace lowbit::quant {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Tensor vector_tensor(const std::vector<float>& v, Shape shape, DType dtype) {
+  Tensor t = Tensor::zeros(dtype, std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::BF16) {
+      t.data_as<uint16_t>()[i] = f32_to_bf16(v[i]);
+    } else if (dtype == DType::F16) {
+      t.data_as<uint16_t>()[i] = f32_to_f16(v[i]);
+    } else {
+      t.data_as<float>()[i] = v[i];
+    }
+  }
+  return t;
+}
+
+// The model's fp32 norm vector back in the checkpoint's dtype (exact unless it was smoothed,
+// in which case the pipeline already rounded it to that dtype).
+Tensor norm_tensor(const std::vector<float>& v, float offset, DType dtype) {
+  std::vector<float> stored(v);
+  for (float& x : stored) x -= offset;
+  return vector_tensor(stored, {static_cast<int64_t>(v.size())}, dtype);
+}
+
+CompressionFormat group_format(const QuantScheme& s) { return s.format.value_or(infer_format(s)); }
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw IoError(p.string() + ": cannot read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) throw IoError(p.string() + ": cannot write");
+}
+
+void add_linear(const OutputRequest& r, int index, std::map<std::string, Tensor>& out) {
+  const PlannedLinear& p = r.plan->linears[static_cast<size_t>(index)];
+  const QuantScheme& scheme = r.step->groups[static_cast<size_t>(p.group)].second;
+  const QuantizedModule& m = r.outcome->modules.at(index);
+  const Tensor values = p.linear->weight.to_f32();
+  WeightToCompress w;
+  w.module = p.name;
+  w.values = values.data_as<const float>();
+  w.rows = p.linear->out_features();
+  w.cols = p.linear->in_features();
+  w.original_dtype = r.compute;
+  w.qparams = &m.qparams;
+  w.args = &*scheme.weights;
+  if (!m.g_idx.empty()) w.g_idx = &m.g_idx;
+  for (NamedTensor& t : compress_weight(w, group_format(scheme))) out[t.name] = std::move(t.tensor);
+  if (scheme.input_activations && !scheme.input_activations->is_dynamic()) {
+    out[p.name + ".input_scale"] = vector_tensor({m.input_scale}, {1}, r.compute);
+  }
+}
+
+std::map<std::string, Tensor> collect_tensors(const OutputRequest& r) {
+  const models::Model& model = *r.model;
+  const formats::Checkpoint& ckpt = model.checkpoint();
+  const models::ArchTensorNames& names = model.spec().names;
+  const float offset = model.spec().norm_weight_offset;
+  std::map<std::string, int> linear_of;  // "<module>.weight" / ".bias" → plan index
+  for (size_t i = 0; i < r.plan->linears.size(); ++i) linear_of[r.plan->linears[i].name] = static_cast<int>(i);
+  std::map<std::string, Tensor> out;
+  for (const std::string& name : ckpt.names()) {
+    const size_t dot = name.rfind('.');
+    const std::string module = name.substr(0, dot);
+    const std::string leaf = name.substr(dot + 1);
+    const auto it = linear_of.find(module);
+    if (it != linear_of.end() && (leaf == "weight" || leaf == "bias")) {
+      const PlannedLinear& p = r.plan->linears[static_cast<size_t>(it->second)];
+      if (leaf == "bias") {
+        out[name] = vector_tensor(p.linear->bias, {static_cast<int64_t>(p.linear->bias.size())},
+                                  ckpt.get(name).dtype());
+      } else if (p.group >= 0) {
+        add_linear(r, it->second, out);
+      } else {
+        out[name] = p.linear->weight;  // unquantized, possibly smoothed
+      }
+      continue;
+    }
+    out[name] = ckpt.get(name);
+  }
+  // Norms the smoothing steps may have changed.
+  for (size_t l = 0; l < model.weights().layers.size(); ++l) {
+    const std::string prefix = names.layer_prefix + std::to_string(l) + ".";
+    const models::LayerWeights& layer = model.weights().layers[l];
+    for (const auto& [leaf, v] : {std::pair{names.input_norm, &layer.input_norm},
+                                  std::pair{names.post_attention_norm, &layer.post_attention_norm}}) {
+      const std::string name = prefix + leaf;
+      out[name] = norm_tensor(*v, offset, ckpt.get(name).dtype());
+    }
+  }
+  for (const auto& [layer, kv] : r.outcome->kv) {
+    const std::string attn = names.layer_prefix + std::to_string(layer) + ".self_attn.";
+    const bool per_head = kv.k.size() > 1;
+    const Shape shape = per_head ? Shape{static_cast<int64_t>(kv.k.size()), 1, 1} : Shape{1};
+    out[attn + "k_scale"] = vector_tensor(kv.k, shape, r.compute);
+    out[attn + "v_scale"] = vector_tensor(kv.v, shape, r.compute);
+  }
+  return out;
+}
+
+size_t largest_input_shard(const formats::Checkpoint& ckpt) {
+  size_t largest = 0;
+  for (const auto& f : ckpt.files()) largest = std::max<size_t>(largest, fs::file_size(f->path()));
+  return largest;
+}
+
+bool is_weight_file(const std::string& name) {
+  return name.size() > 12 && (name.rfind(".safetensors") == name.size() - 12 ||
+                              name == "model.safetensors.index.json" ||
+                              name.find(".safetensors.index.json") != std::string::npos);
+}
+
+}  // namespace
+
+QuantizationConfig output_quantization_config(const OutputRequest& r) {
+  QuantizationConfig c;
+  c.config_groups = r.step->groups;
+  c.kv_cache_scheme = r.step->kv_cache_scheme;
+  c.version = kCompressedTensorsVersion;
+  std::set<CompressionFormat> formats;
+  for (const auto& [name, scheme] : c.config_groups) formats.insert(group_format(scheme));
+  c.format = formats.size() == 1 ? *formats.begin() : CompressionFormat::MixedPrecision;
+  // compressed-tensors lists the unquantized modules of a targeted class by exact name.
+  for (const PlannedLinear& p : r.plan->linears) {
+    if (p.group < 0) c.ignore.push_back(p.name);
+  }
+  if (r.model->config().tie_word_embeddings) c.ignore.push_back("lm_head");
+  return c;
+}
+
+void write_quantized_checkpoint(const OutputRequest& r, const std::string& dir) {
+  const models::Model& model = *r.model;
+  const fs::path in_dir(model.directory());
+  fs::create_directories(dir);
+  const std::map<std::string, Tensor> tensors = collect_tensors(r);
+  formats::write_sharded_safetensors(dir, tensors, largest_input_shard(model.checkpoint()),
+                                     {{"format", "pt"}});
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text(in_dir / "config.json"));
+  config.erase("compression_config");
+  config["quantization_config"] = quantization_config_to_json(output_quantization_config(r));
+  write_text(fs::path(dir) / "config.json", config.dump(2) + "\n");
+  for (const fs::directory_entry& e : fs::directory_iterator(in_dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || name == "config.json" || is_weight_file(name)) continue;
+    if (name == "recipe.yaml") continue;
+    fs::copy_file(e.path(), fs::path(dir) / name, fs::copy_options::overwrite_existing);
+  }
+  if (!r.recipe_yaml.empty()) write_text(fs::path(dir) / "recipe.yaml", r.recipe_yaml);
+}
+
+}  // namespace lowbit::quant

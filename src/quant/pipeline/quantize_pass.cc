@@ -1,0 +1,264 @@
+#include "quant/pipeline/quantize_pass.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "core/log.h"
+#include "lowbit/error.h"
+#include "quant/algos/observers.h"
+
+namespace lowbit::quant {
+
+namespace {
+
+const QuantScheme& scheme_of(const QuantizeContext& ctx, const PlannedLinear& p) {
+  return ctx.step->groups[static_cast<size_t>(p.group)].second;
+}
+
+bool static_inputs(const QuantScheme& s) {
+  return s.input_activations && !s.input_activations->is_dynamic();
+}
+
+// Global min / max over every batch (static_minmax): what a static activation scale needs.
+struct RangeTracker {
+  float min = 0.0f, max = 0.0f;
+  bool seen = false;
+  void add(const float* x, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!seen) {
+        min = max = x[i];
+        seen = true;
+      }
+      min = std::min(min, x[i]);
+      max = std::max(max, x[i]);
+    }
+  }
+};
+
+// Per-head absmax of post-RoPE keys or values [tokens, heads * head_dim].
+void track_heads(std::vector<float>& absmax, const float* x, int64_t tokens, int64_t heads,
+                 int64_t head_dim) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* row = x + (t * heads + h) * head_dim;
+      float m = absmax[static_cast<size_t>(h)];
+      for (int64_t d = 0; d < head_dim; ++d) m = std::max(m, std::fabs(row[d]));
+      absmax[static_cast<size_t>(h)] = m;
+    }
+  }
+}
+
+std::vector<float> kv_scale(const std::vector<float>& absmax, const QuantArgs& args, DType compute) {
+  std::vector<float> mins, maxs;
+  if (args.strategy == Strategy::AttnHead) {
+    for (float a : absmax) {
+      mins.push_back(-a);
+      maxs.push_back(a);
+    }
+  } else {
+    const float a = *std::max_element(absmax.begin(), absmax.end());
+    mins.push_back(-a);
+    maxs.push_back(a);
+  }
+  const QParams qp = qparams_from_minmax(mins, maxs, static_cast<int64_t>(mins.size()), 1, args,
+                                         compute);
+  return qp.scale;
+}
+
+// Where a Linear gets its Hessian: q/k/v share one input, gate/up another.
+LinearRole hessian_source(LinearRole role) {
+  if (role == LinearRole::K || role == LinearRole::V) return LinearRole::Q;
+  if (role == LinearRole::Up) return LinearRole::Gate;
+  return role;
+}
+
+// NVFP4: vLLM needs one global scale for the projections it fuses (q/k/v, gate/up), so
+// llm-compressor takes it from the absmax over all of them.
+float fused_global_scale(const QuantizeContext& ctx, const PlannedLinear& p) {
+  const QuantArgs& args = *scheme_of(ctx, p).weights;
+  if (args.strategy != Strategy::TensorGroup) return 0.0f;
+  const bool attn = p.role == LinearRole::Q || p.role == LinearRole::K || p.role == LinearRole::V;
+  const bool mlp = p.role == LinearRole::Gate || p.role == LinearRole::Up;
+  float absmax = 0.0f;
+  for (const PlannedLinear& other : ctx.plan->linears) {
+    const bool same_set =
+        other.layer == p.layer &&
+        (&other == &p ||
+         (attn && (other.role == LinearRole::Q || other.role == LinearRole::K ||
+                   other.role == LinearRole::V)) ||
+         (mlp && (other.role == LinearRole::Gate || other.role == LinearRole::Up)));
+    if (!same_set || other.group < 0) continue;
+    for (float v : weight_to_f32(*other.linear)) absmax = std::max(absmax, std::fabs(v));
+  }
+  return nvfp4_global_scale(absmax, ctx.compute);
+}
+
+// Global scales of every module of `layer`, taken before any of them is quantized.
+std::map<int, float> global_scales(const QuantizeContext& ctx, int layer) {
+  std::map<int, float> out;
+  for (size_t i = 0; i < ctx.plan->linears.size(); ++i) {
+    const PlannedLinear& p = ctx.plan->linears[i];
+    if (p.layer == layer && p.group >= 0) out[static_cast<int>(i)] = fused_global_scale(ctx, p);
+  }
+  return out;
+}
+
+void quantize_weight(const QuantizeContext& ctx, int index, const std::vector<float>* hessian,
+                     float global_scale, QuantizedModule& out) {
+  PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
+  const QuantArgs& args = *scheme_of(ctx, p).weights;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> w = weight_to_f32(*p.linear);
+  const int64_t rows = p.linear->out_features();
+  const int64_t cols = p.linear->in_features();
+  if (hessian != nullptr) {
+    GptqOptions options = ctx.step->gptq_options;
+    options.global_scale = global_scale;
+    GptqResult r = gptq_quantize(w, rows, cols, *hessian, args, options, ctx.compute);
+    out.qparams = std::move(r.qparams);
+    out.g_idx = std::move(r.g_idx);
+    out.loss = r.loss;
+    out.damping_retries = r.retries;
+    if (r.retries > 0) {
+      log_warn(p.name + ": Hessian not positive definite; GPTQ succeeded with dampening_frac " +
+               std::to_string(r.dampening_used) + " after " + std::to_string(r.retries) +
+               " retries");
+    }
+  } else {
+    out.qparams = observe_weight(w.data(), rows, cols, args, ctx.compute, global_scale);
+    fake_quantize(w.data(), rows, cols, out.qparams, args, ctx.compute);
+  }
+  set_weight(*p.linear, w, ctx.compute);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+bool needs_calibration(const QuantizeStep& step) {
+  if (step.gptq || step.kv_cache_scheme) return true;
+  for (const auto& [name, scheme] : step.groups) {
+    if (static_inputs(scheme)) return true;
+  }
+  return false;
+}
+
+void enable_input_quantization(const QuantizeContext& ctx, int index, const QuantizedModule& m) {
+  PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
+  const QuantScheme& s = scheme_of(ctx, p);
+  if (!s.input_activations) return;
+  p.linear->input_quant = *s.input_activations;
+  p.linear->input_scale = m.input_scale;
+}
+
+void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& runner,
+                    ActivationCache& cache, QuantizeOutcome& outcome) {
+  const std::vector<int> indices = ctx.plan->of_layer(layer);
+  models::LayerWeights& weights = ctx.model->mutable_weights().layers[static_cast<size_t>(layer)];
+  const models::ModelConfig& config = ctx.model->config();
+
+  // Hooks: one Hessian per distinct input (q/k/v and gate/up share theirs), static ranges.
+  std::map<LinearRole, std::unique_ptr<HessianAccumulator>> hessians;
+  std::map<int, RangeTracker> ranges;
+  std::vector<std::unique_ptr<CallbackObserver>> observers;
+  ScopedObservers scoped;
+  for (int index : indices) {
+    const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
+    if (p.group < 0) continue;
+    const bool needs_h = ctx.step->gptq && hessian_source(p.role) == p.role;
+    const bool needs_range = static_inputs(scheme_of(ctx, p));
+    if (!needs_h && !needs_range) continue;
+    HessianAccumulator* h = nullptr;
+    if (needs_h) {
+      hessians[p.role] = std::make_unique<HessianAccumulator>(p.linear->in_features());
+      h = hessians[p.role].get();
+    }
+    RangeTracker* range = needs_range ? &ranges[index] : nullptr;
+    double* hessian_seconds = &outcome.hessian_seconds;
+    observers.push_back(std::make_unique<CallbackObserver>(
+        [h, range, hessian_seconds](const float* x, int64_t rows, int64_t cols) {
+          if (h != nullptr) {
+            const auto t0 = std::chrono::steady_clock::now();
+            h->add(x, rows, 1);  // one sequence per call (batch size 1)
+            *hessian_seconds +=
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+          if (range != nullptr) range->add(x, static_cast<size_t>(rows * cols));
+        }));
+    scoped.attach(*p.linear, observers.back().get());
+  }
+  // Inputs of ignored k/v (or up) still feed q's (gate's) Hessian: attach to the source Linear.
+  if (ctx.step->gptq) {
+    for (int index : indices) {
+      const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
+      const LinearRole source = hessian_source(p.role);
+      if (p.group < 0 || hessians.count(source) != 0) continue;
+      hessians[source] = std::make_unique<HessianAccumulator>(p.linear->in_features());
+      HessianAccumulator* h = hessians[source].get();
+      observers.push_back(std::make_unique<CallbackObserver>(
+          [h](const float* x, int64_t rows, int64_t) { h->add(x, rows, 1); }));
+      models::Linear& src = source == LinearRole::Q ? weights.attention.q : weights.mlp.gate;
+      if (src.observer == nullptr) scoped.attach(src, observers.back().get());
+    }
+  }
+  const std::optional<QuantArgs>& kv_args = ctx.step->kv_cache_scheme;
+  std::vector<float> k_absmax(static_cast<size_t>(config.num_kv_heads), 0.0f);
+  std::vector<float> v_absmax(static_cast<size_t>(config.num_kv_heads), 0.0f);
+  std::function<void(const models::LayerRunner&, int64_t)> after_sample;
+  if (kv_args) {
+    after_sample = [&](const models::LayerRunner& r, int64_t n) {
+      track_heads(k_absmax, r.keys(), n, config.num_kv_heads, config.head_dim);
+      track_heads(v_absmax, r.values(), n, config.num_kv_heads, config.head_dim);
+    };
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  if (needs_calibration(*ctx.step)) {
+    run_layer_over_cache(runner, weights, cache, false, after_sample);
+  }
+  outcome.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const std::map<int, float> scales = global_scales(ctx, layer);
+  for (int index : indices) {
+    const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
+    if (p.group < 0) continue;
+    QuantizedModule m;
+    std::vector<float> h;
+    if (ctx.step->gptq) h = hessians.at(hessian_source(p.role))->hessian();
+    quantize_weight(ctx, index, ctx.step->gptq ? &h : nullptr, scales.at(index), m);
+    if (ranges.count(index) != 0) {
+      const RangeTracker& r = ranges.at(index);
+      m.input_scale = qparams_from_minmax({r.min}, {r.max}, 1, 1,
+                                          *scheme_of(ctx, p).input_activations, ctx.compute)
+                          .scale[0];
+    }
+    log_info(p.name + ": " + (ctx.step->gptq ? "GPTQ error " + std::to_string(m.loss) + ", "
+                                             : std::string("RTN, ")) +
+             std::to_string(m.seconds) + " s");
+    enable_input_quantization(ctx, index, m);
+    outcome.algorithm_seconds += m.seconds;
+    outcome.modules[index] = std::move(m);
+  }
+  if (kv_args) {
+    outcome.kv[layer] = KvScales{kv_scale(k_absmax, *kv_args, ctx.compute),
+                                 kv_scale(v_absmax, *kv_args, ctx.compute)};
+  }
+  t0 = std::chrono::steady_clock::now();
+  run_layer_over_cache(runner, weights, cache, true);
+  outcome.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void quantize_layer_rtn(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome) {
+  const std::map<int, float> scales = global_scales(ctx, layer);
+  for (size_t i = 0; i < ctx.plan->linears.size(); ++i) {
+    const PlannedLinear& p = ctx.plan->linears[i];
+    if (p.layer != layer || p.group < 0) continue;
+    QuantizedModule m;
+    quantize_weight(ctx, static_cast<int>(i), nullptr, scales.at(static_cast<int>(i)), m);
+    enable_input_quantization(ctx, static_cast<int>(i), m);
+    outcome.algorithm_seconds += m.seconds;
+    outcome.modules[static_cast<int>(i)] = std::move(m);
+  }
+}
+
+}  // namespace lowbit::quant

@@ -1,0 +1,70 @@
+// The quantizing step of a oneshot run (GPTQModifier or QuantizationModifier): layer by layer,
+// calibrate (Hessians, static activation ranges, KV-cache ranges) → quantize every targeted
+// Linear of the layer (GPTQ or round-to-nearest) → propagate the calibration states through the
+// quantized layer, so that layer l+1 is calibrated on what the quantized layers 0..l produce.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/layer_runner.h"
+#include "quant/pipeline/layer_state.h"
+#include "quant/pipeline/module_plan.h"
+#include "quant/pipeline/plan.h"
+#include "quant/scheme/qparams.h"
+
+namespace lowbit::quant {
+
+// What the writer needs about one quantized Linear (its fake-quantized values are the Linear's
+// weight in the model).
+struct QuantizedModule {
+  QParams qparams;
+  std::vector<int32_t> g_idx;  // actorder=group only
+  float input_scale = 0.0f;    // static input activations only
+  double loss = 0.0;           // GPTQ's error (0 for RTN)
+  double seconds = 0.0;
+  int damping_retries = 0;
+};
+
+// k_scale / v_scale of one attention layer: 1 value (tensor) or one per KV head (attn_head).
+struct KvScales {
+  std::vector<float> k, v;
+};
+
+struct QuantizeOutcome {
+  std::map<int, QuantizedModule> modules;  // by index into ModulePlan::linears
+  std::map<int, KvScales> kv;              // by layer
+  double forward_seconds = 0.0;            // layer forwards (calibrate + propagate), hooks included
+  double hessian_seconds = 0.0;            // of which: Hessian accumulation in the hooks
+  double algorithm_seconds = 0.0;          // GPTQ / RTN
+};
+
+// Per-layer progress callback: layer index, modules done in that layer.
+using LayerDone = std::function<void(int layer, const QuantizeOutcome& outcome)>;
+
+struct QuantizeContext {
+  models::Model* model;
+  ModulePlan* plan;
+  const QuantizeStep* step;
+  DType compute;  // the model's float dtype: torch does the quantization math in it
+};
+
+// True when the step needs calibration data (GPTQ, static activations, KV-cache scales).
+bool needs_calibration(const QuantizeStep& step);
+
+// Quantizes decoder layer `layer` with the cached states (calibrating, then propagating them).
+void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& runner,
+                    ActivationCache& cache, QuantizeOutcome& outcome);
+
+// Data-free round-to-nearest of the modules of `layer` (-1: lm_head), weights only.
+void quantize_layer_rtn(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome);
+
+// Puts a quantized module's input quantization on its Linear (emulated activations), so that
+// propagation and evaluation see the quantized forward.
+void enable_input_quantization(const QuantizeContext& ctx, int index, const QuantizedModule& m);
+
+}  // namespace lowbit::quant
