@@ -38,11 +38,13 @@ void print_report(const quant::OneshotReport& r, bool json) {
     std::printf(
         "{\"output\": \"%s\", \"quantized_modules\": %lld, \"calibration_samples\": %lld, "
         "\"calibration_tokens\": %lld, \"seconds\": %.3f, \"seconds_forward\": %.3f, "
+        "\"seconds_hessian\": %.3f, "
         "\"seconds_algorithm\": %.3f, \"seconds_writing\": %.3f, \"peak_rss_bytes\": %lld, "
         "\"input_bytes\": %lld, \"output_bytes\": %lld, \"resumed_layers\": %d",
         r.output_dir.c_str(), static_cast<long long>(r.quantized_modules),
         static_cast<long long>(r.calibration_samples), static_cast<long long>(r.calibration_tokens),
-        r.seconds_total, r.seconds_calibration_forward, r.seconds_algorithm, r.seconds_writing,
+        r.seconds_total, r.seconds_calibration_forward, r.seconds_hessian, r.seconds_algorithm,
+        r.seconds_writing,
         static_cast<long long>(r.peak_rss_bytes), static_cast<long long>(r.input_bytes),
         static_cast<long long>(r.output_bytes), r.resumed_layers);
     if (r.perplexity) {
@@ -56,10 +58,10 @@ void print_report(const quant::OneshotReport& r, bool json) {
               static_cast<long long>(r.quantized_modules));
   std::printf("size on disk: %.2f MiB -> %.2f MiB (%.2fx smaller)\n", r.input_bytes / mb,
               r.output_bytes / mb, r.output_bytes > 0 ? double(r.input_bytes) / r.output_bytes : 0.0);
-  std::printf("time: %.1f s (layer forwards %.1f s, algorithms %.1f s, writing %.1f s); peak RSS "
-              "%.0f MiB\n",
-              r.seconds_total, r.seconds_calibration_forward, r.seconds_algorithm,
-              r.seconds_writing, r.peak_rss_bytes / mb);
+  std::printf("time: %.1f s (layer forwards %.1f s, of which Hessians %.1f s; algorithms %.1f s; "
+              "writing %.1f s); peak RSS %.0f MiB\n",
+              r.seconds_total, r.seconds_calibration_forward, r.seconds_hessian,
+              r.seconds_algorithm, r.seconds_writing, r.peak_rss_bytes / mb);
   if (r.calibration_samples > 0) {
     std::printf("calibration: %lld samples, %lld tokens\n",
                 static_cast<long long>(r.calibration_samples),

@@ -35,7 +35,11 @@ compressed-tensors 0.19.0, torch 2.11.0, transformers 5.17.0; requirements-llmco
 Usage (from the repository root):
   CUDA_VISIBLE_DEVICES= /work/venv-llmc/bin/python scripts/reference/check_lowbit_checkpoint.py DIR \
       [--lowbit-logits P0.safetensors P1.safetensors P2.safetensors] [--lowbit-tol X] \
-      [--golden tests/golden/ref-llama-19m] [--json OUT.json] [--print-prompt-ids]
+      [--golden tests/golden/ref-llama-19m] [--json OUT.json] [--print-prompt-ids] \
+      [--compare-tensors tests/golden/llmcompressor/<name>/tensors.json]
+--compare-tensors lists the tensors that are (not) byte-identical to llm-compressor's for the same recipe
+(RTN has no data dependence, so an exact reimplementation matches it byte for byte; calibrated
+algorithms may differ in floating-point summation order).
 Tested on llm-compressor's own checkpoints: /work/scratch-llmc/<name> from run_llmcompressor.py.
 """
 import argparse
@@ -103,6 +107,21 @@ def check_tensor_set(ckpt, stored):
             problems.append(f"{k}: {got[0]} {list(got[1])}, compressed-tensors writes "
                             f"{expected[k][0]} {list(expected[k][1])}")
     return problems
+
+
+def compare_with_tensors_json(stored, path):
+    """Which tensors are byte-identical to a golden tensors.json (run_llmcompressor.py output)."""
+    import hashlib
+    with open(path, encoding="utf-8") as f:
+        golden = {t["name"]: t for t in json.load(f)["tensors"]}
+    same, differ = [], []
+    for k in sorted(set(golden) & set(stored)):
+        t = stored[k].contiguous().flatten().view(torch.uint8)
+        digest = hashlib.sha256(t.numpy().tobytes()).hexdigest()
+        (same if digest == golden[k]["sha256"] else differ).append(k)
+    return {"golden": path, "identical": len(same), "different": differ,
+            "only_in_golden": sorted(set(golden) - set(stored)),
+            "only_in_checkpoint": sorted(set(stored) - set(golden))}
 
 
 def load_via_model_compressor(ckpt, stored):
@@ -181,6 +200,9 @@ def main():
     ap.add_argument("--ab-tol", type=float, default=0.0)
     ap.add_argument("--json", default=None)
     ap.add_argument("--print-prompt-ids", action="store_true")
+    ap.add_argument("--compare-tensors", default=None, metavar="TENSORS_JSON",
+                    help="also report which tensors are byte-identical to this golden tensors.json "
+                         "(informational; does not change the exit status)")
     a = ap.parse_args()
 
     gold = load_file(os.path.join(a.golden, "reference_logits.safetensors"))
@@ -198,6 +220,8 @@ def main():
     report = {"checkpoint": os.path.abspath(a.dir), "num_tensors": len(stored)}
     problems = check_tensor_set(a.dir, stored)
     report["tensor_set_problems"] = problems
+    if a.compare_tensors:
+        report["compare_tensors"] = compare_with_tensors_json(stored, a.compare_tensors)
     ok = not problems
     if problems:
         print(f"{a.dir}: {len(problems)} tensor(s) differ from the compressed-tensors layout:")

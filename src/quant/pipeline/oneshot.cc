@@ -216,12 +216,16 @@ OneshotReport run_oneshot(const OneshotOptions& o) {
   progress.finish();
   report.quantized_modules = static_cast<int64_t>(outcome.modules.size());
   report.seconds_calibration_forward = outcome.forward_seconds;
+  report.seconds_hessian = outcome.hessian_seconds;
   report.seconds_algorithm = algorithm + outcome.algorithm_seconds;
 
-  if (!o.eval_text.empty()) evaluate(o, *model, report);
+  const OutputRequest request{model.get(), &plan, &quantize, &outcome, compute, o.recipe_yaml};
+  if (!o.eval_text.empty()) {
+    load_written_weights(request);  // evaluate exactly what gets written
+    evaluate(o, *model, report);
+  }
 
   const auto write_start = Clock::now();
-  const OutputRequest request{model.get(), &plan, &quantize, &outcome, compute, o.recipe_yaml};
   write_quantized_checkpoint(request, tmp);
   fs::remove_all(store.dir());
   if (fs::exists(o.output_dir)) fs::remove_all(o.output_dir);

@@ -41,6 +41,7 @@ struct OneshotReport {
   int64_t calibration_tokens = 0;
   double seconds_total = 0.0;
   double seconds_calibration_forward = 0.0;  // layer forward passes (calibrate + propagate)
+  double seconds_hessian = 0.0;              // of which: GPTQ Hessian accumulation
   double seconds_algorithm = 0.0;            // GPTQ / RTN / smoothing searches
   double seconds_writing = 0.0;
   int64_t peak_rss_bytes = 0;

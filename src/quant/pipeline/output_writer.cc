@@ -10,6 +10,7 @@
 
 #include "core/float_convert.h"
 #include "lowbit/error.h"
+#include "quant/pipeline/layer_state.h"
 #include "quant/scheme/compressed_tensor.h"
 
 namespace lowbit::quant {
@@ -57,23 +58,7 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 
 void add_linear(const OutputRequest& r, int index, std::map<std::string, Tensor>& out) {
-  const PlannedLinear& p = r.plan->linears[static_cast<size_t>(index)];
-  const QuantScheme& scheme = r.step->groups[static_cast<size_t>(p.group)].second;
-  const QuantizedModule& m = r.outcome->modules.at(index);
-  const Tensor values = p.linear->weight.to_f32();
-  WeightToCompress w;
-  w.module = p.name;
-  w.values = values.data_as<const float>();
-  w.rows = p.linear->out_features();
-  w.cols = p.linear->in_features();
-  w.original_dtype = r.compute;
-  w.qparams = &m.qparams;
-  w.args = &*scheme.weights;
-  if (!m.g_idx.empty()) w.g_idx = &m.g_idx;
-  for (NamedTensor& t : compress_weight(w, group_format(scheme))) out[t.name] = std::move(t.tensor);
-  if (scheme.input_activations && !scheme.input_activations->is_dynamic()) {
-    out[p.name + ".input_scale"] = vector_tensor({m.input_scale}, {1}, r.compute);
-  }
+  for (NamedTensor& t : compress_module(r, index)) out[t.name] = std::move(t.tensor);
 }
 
 std::map<std::string, Tensor> collect_tensors(const OutputRequest& r) {
@@ -137,9 +122,51 @@ bool is_weight_file(const std::string& name) {
 
 }  // namespace
 
+std::vector<NamedTensor> compress_module(const OutputRequest& r, int index) {
+  const PlannedLinear& p = r.plan->linears[static_cast<size_t>(index)];
+  const QuantScheme& scheme = r.step->groups[static_cast<size_t>(p.group)].second;
+  const QuantizedModule& m = r.outcome->modules.at(index);
+  if (!m.written.empty()) return m.written;
+  const Tensor values = (m.original.data() != nullptr ? m.original : p.linear->weight).to_f32();
+  WeightToCompress w;
+  w.module = p.name;
+  w.values = values.data_as<const float>();
+  w.rows = p.linear->out_features();
+  w.cols = p.linear->in_features();
+  w.original_dtype = r.compute;
+  w.qparams = &m.qparams;
+  w.args = &*scheme.weights;
+  if (!m.g_idx.empty()) w.g_idx = &m.g_idx;
+  std::vector<NamedTensor> out = compress_weight(w, group_format(scheme));
+  if (scheme.input_activations && !scheme.input_activations->is_dynamic()) {
+    out.push_back({p.name + ".input_scale", vector_tensor({m.input_scale}, {1}, r.compute)});
+  }
+  return out;
+}
+
+void load_written_weights(const OutputRequest& r) {
+  for (auto& [index, m] : r.outcome->modules) {
+    const PlannedLinear& p = r.plan->linears[static_cast<size_t>(index)];
+    const QuantScheme& scheme = r.step->groups[static_cast<size_t>(p.group)].second;
+    m.written = compress_module(r, index);
+    std::map<std::string, Tensor> tensors;
+    for (const NamedTensor& t : m.written) tensors[t.name] = t.tensor;
+    TensorSource source;
+    source.has = [&](const std::string& name) { return tensors.count(name) != 0; };
+    source.get = [&](const std::string& name) { return tensors.at(name); };
+    source.description = "the quantized model in memory";
+    const std::vector<float> values =
+        decompress_weight(source, p.name, *scheme.weights, group_format(scheme),
+                          p.linear->out_features(), p.linear->in_features());
+    set_weight(*p.linear, values, r.compute);
+  }
+}
+
 QuantizationConfig output_quantization_config(const OutputRequest& r) {
   QuantizationConfig c;
   c.config_groups = r.step->groups;
+  // compressed-tensors records each group's (inferred) format, even when all groups share one.
+  for (auto& [name, scheme] : c.config_groups) scheme.format = group_format(scheme);
   c.kv_cache_scheme = r.step->kv_cache_scheme;
   c.version = kCompressedTensorsVersion;
   std::set<CompressionFormat> formats;

@@ -11,6 +11,7 @@
 #include "quant/pipeline/module_plan.h"
 #include "quant/pipeline/plan.h"
 #include "quant/pipeline/quantize_pass.h"
+#include "quant/scheme/compressed_tensor.h"
 
 namespace lowbit::quant {
 
@@ -18,10 +19,18 @@ struct OutputRequest {
   const models::Model* model;
   const ModulePlan* plan;
   const QuantizeStep* step;
-  const QuantizeOutcome* outcome;
+  QuantizeOutcome* outcome;
   DType compute;
   std::string recipe_yaml;
 };
+
+// The tensors one quantized Linear is written as (plan index `index`).
+std::vector<NamedTensor> compress_module(const OutputRequest& r, int index);
+
+// Replaces every quantized Linear's weight by exactly what a loader reads back from the written
+// tensors (compress, then decompress): compressed-tensors quantizes the fake-quantized bf16
+// weight again, which can move an int8 code by one, so the evaluated model must be the written one.
+void load_written_weights(const OutputRequest& r);
 
 // The quantization_config block this run writes.
 QuantizationConfig output_quantization_config(const OutputRequest& r);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 
@@ -127,6 +128,7 @@ void quantize_weight(const QuantizeContext& ctx, int index, const std::vector<fl
                " retries");
     }
   } else {
+    out.original = p.linear->weight;
     out.qparams = observe_weight(w.data(), rows, cols, args, ctx.compute, global_scale);
     fake_quantize(w.data(), rows, cols, out.qparams, args, ctx.compute);
   }
@@ -219,6 +221,7 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
   outcome.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const std::map<int, float> scales = global_scales(ctx, layer);
+  int done = 0;
   for (int index : indices) {
     const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
     if (p.group < 0) continue;
@@ -232,8 +235,12 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
                                           *scheme_of(ctx, p).input_activations, ctx.compute)
                           .scale[0];
     }
-    log_info(p.name + ": " + (ctx.step->gptq ? "GPTQ error " + std::to_string(m.loss) + ", "
-                                             : std::string("RTN, ")) +
+    ++done;
+    char line[96];
+    std::snprintf(line, sizeof line, "[layer %d/%lld, module %d/%zu] ", layer + 1,
+                  static_cast<long long>(config.num_layers), done, indices.size());
+    log_info(line + p.name + ": " +
+             (ctx.step->gptq ? "GPTQ error " + std::to_string(m.loss) : std::string("RTN")) + ", " +
              std::to_string(m.seconds) + " s");
     enable_input_quantization(ctx, index, m);
     outcome.algorithm_seconds += m.seconds;

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "lowbit/tensor.h"
 #include "models/layer_runner.h"
 #include "quant/pipeline/layer_state.h"
 #include "quant/pipeline/module_plan.h"
 #include "quant/pipeline/plan.h"
+#include "quant/scheme/compressed_tensor.h"
 #include "quant/scheme/qparams.h"
 
 namespace lowbit::quant {
@@ -23,6 +25,13 @@ namespace lowbit::quant {
 // weight in the model).
 struct QuantizedModule {
   QParams qparams;
+  // What the writer quantizes into codes: for round-to-nearest the weight before fake
+  // quantization (as compressed-tensors does: quantizing the fake-quantized bf16 values again can
+  // move int8 codes by one), empty for GPTQ (its output is the fake-quantized weight).
+  Tensor original;
+  // The module's on-disk tensors once computed (evaluation computes them before writing; the
+  // writer must not quantize the round-tripped weight a second time).
+  std::vector<NamedTensor> written;
   std::vector<int32_t> g_idx;  // actorder=group only
   float input_scale = 0.0f;    // static input activations only
   double loss = 0.0;           // GPTQ's error (0 for RTN)

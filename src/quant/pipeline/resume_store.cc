@@ -95,6 +95,7 @@ void ResumeStore::save_layer(int layer, const ModulePlan& plan, const QuantizeOu
     const PlannedLinear& p = plan.linears[static_cast<size_t>(index)];
     const QuantizedModule& m = it->second;
     tensors[p.name + ".weight"] = p.linear->weight;
+    if (m.original.data() != nullptr) tensors[p.name + ".original"] = m.original;
     tensors[p.name + ".qp.scale"] = f32_tensor(m.qparams.scale);
     if (!m.qparams.zero_point.empty()) tensors[p.name + ".qp.zero_point"] = f32_tensor(m.qparams.zero_point);
     tensors[p.name + ".qp.meta"] = f64_tensor(
@@ -127,6 +128,11 @@ void ResumeStore::load_layer(int layer, ModulePlan& plan, QuantizeOutcome& outco
     std::memcpy(owned.data(), w.data(), w.nbytes());
     p.linear->weight = owned;
     QuantizedModule m;
+    if (file.has(p.name + ".original")) {
+      const Tensor o = file.get(p.name + ".original");
+      m.original = Tensor::zeros(o.dtype(), o.shape());
+      std::memcpy(m.original.data(), o.data(), o.nbytes());
+    }
     m.qparams.scale = f32_values(file.get(p.name + ".qp.scale"));
     if (file.has(p.name + ".qp.zero_point")) m.qparams.zero_point = f32_values(file.get(p.name + ".qp.zero_point"));
     const Tensor meta = file.get(p.name + ".qp.meta");

@@ -1,6 +1,8 @@
 // Modifier accessors and recipe_from_flags: the recipe a `lowbit quantize` command line stands for.
 #include "quant/recipe/recipe.h"
 
+#include <cctype>
+
 #include "lowbit/error.h"
 #include "quant/recipe/recipe_checks.h"
 
@@ -46,6 +48,11 @@ QuantArgs fp8_kv_cache_args() {
   return parse_quant_args(j, std::string(kFlags) + ": --kv-cache fp8");
 }
 
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
 QuantizationFields quantization_from_flags(const QuantizeFlags& f) {
   if (f.scheme.empty()) bad_flag("--scheme", "give a preset name (W4A16, W8A8, FP8_DYNAMIC, ...)");
   if (f.targets.empty()) bad_flag("--targets", "give at least one module name, class name or re: pattern");
@@ -57,7 +64,14 @@ QuantizationFields quantization_from_flags(const QuantizeFlags& f) {
   QuantizationFields q;
   q.targets = f.targets;
   q.ignore = f.ignore;
-  q.scheme = f.scheme;
+  if (upper(f.scheme) == "W4A8_CHANNEL") {
+    // A lowbit-only preset name: written out as its config group so that llm-compressor (and
+    // anyone reading recipe.yaml) gets the scheme itself.
+    q.config_groups = std::vector<std::pair<std::string, QuantScheme>>{
+        {"group_0", preset_scheme(f.scheme, f.targets)}};
+  } else {
+    q.scheme = f.scheme;
+  }
   if (f.kv_cache == "fp8") q.kv_cache_scheme = fp8_kv_cache_args();
   else if (!f.kv_cache.empty()) bad_flag("--kv-cache", "expected fp8 (or nothing), got \"" + f.kv_cache + "\"");
   return q;

@@ -43,14 +43,17 @@ QuantizeStep step_for(const std::string& preset, bool gptq) {
   return s;
 }
 
-OneshotOptions options_for(OneshotPlan plan, const std::string& name) {
+// 128 × 512 calibration tokens is the protocol; the AWQ and reload tests use fewer to stay
+// fast (AWQ re-runs every mapping's parent module for each of its 20 grid points).
+OneshotOptions options_for(OneshotPlan plan, const std::string& name, int64_t samples = 128,
+                           int64_t seq_len = 512) {
   OneshotOptions o;
   o.model_dir = kModel;
   o.output_dir = scratch(name).string();
   o.plan = std::move(plan);
   o.calibration.path = kCalibration;
-  o.calibration.num_samples = 128;
-  o.calibration.seq_len = 512;
+  o.calibration.num_samples = samples;
+  o.calibration.seq_len = seq_len;
   o.eval_text = kHeldout;
   o.eval_windows = kEvalWindows;
   o.progress = false;
@@ -69,8 +72,9 @@ double bf16_perplexity() {
   return ppl;
 }
 
-double run(const OneshotPlan& plan, const std::string& name) {
-  const OneshotReport r = run_oneshot(options_for(plan, name));
+double run(const OneshotPlan& plan, const std::string& name, int64_t samples = 128,
+           int64_t seq_len = 512) {
+  const OneshotReport r = run_oneshot(options_for(plan, name, samples, seq_len));
   EXPECT_TRUE(r.perplexity.has_value());
   return *r.perplexity;
 }
@@ -94,7 +98,7 @@ TEST(OneshotTest, GptqBeatsRtnOnW4A16GroupAndChannel) {
 
 TEST(OneshotTest, AwqBeatsRtnOnW4A16) {
   const double rtn = run({{step_for("W4A16_ASYM", false)}}, "rtn-asym");
-  const double awq = run({{AwqStep{}, step_for("W4A16_ASYM", false)}}, "awq-asym");
+  const double awq = run({{AwqStep{}, step_for("W4A16_ASYM", false)}}, "awq-asym", 16, 256);
   EXPECT_LT(awq, rtn) << "AWQ " << awq << " vs RTN " << rtn;
 }
 
@@ -105,7 +109,8 @@ TEST(OneshotTest, Fp8DynamicWithinOnePercentOfBf16) {
 
 TEST(OneshotTest, WrittenCheckpointReproducesTheReportedPerplexity) {
   for (const std::string preset : {"W4A16", "W8A8", "FP8"}) {
-    OneshotOptions o = options_for({{step_for(preset, true)}}, "reload-" + preset);
+    // GPTQ for the weights; FP8's static input scales are calibrated too.
+    OneshotOptions o = options_for({{step_for(preset, true)}}, "reload-" + preset, 16, 256);
     const OneshotReport r = run_oneshot(o);
     auto model = models::Model::load(o.output_dir);
     std::ifstream in(kHeldout, std::ios::binary);
