@@ -86,6 +86,17 @@ def recipe_for(name):
     raise SystemExit(f"unknown configuration {name}")
 
 
+NOTES = [
+    "CPU only (CUDA_VISIBLE_DEVICES=''), torch threads as listed; oneshot_seconds is wall time on a 2-core "
+    "machine shared with other jobs, oneshot_cpu_seconds the process CPU time: compare orders of magnitude only.",
+    "Calibration: DataLoader(batch 1, file order) over a datasets.Dataset with input_ids + attention_mask (all ones).",
+    "AWQ on CPU: llm-compressor 0.14.0.1 pins its activation cache unconditionally (IntermediatesCache.pin_memory), "
+    "which fails without CUDA; run_llmcompressor.py turns pinning into a no-op (no numerical effect).",
+    "AWQ default Llama mappings: the v_proj -> o_proj mapping is skipped in all 8 layers (GQA: v_proj has 128 "
+    "outputs, o_proj 384 inputs; llm-compressor logs '8 mappings were skipped due to incompatible shapes').",
+    "Sizes: safetensors_bytes = all *.safetensors of the checkpoint; dir_bytes adds config, recipe, tokenizer files.",
+]
+
 CONFIGS = ["rtn_w4a16", "rtn_w4a16_asym", "rtn_w8a8", "rtn_fp8_dynamic", "rtn_fp8_block",
            "gptq_w4a16_g128", "gptq_w4a16_channel", "awq_w4a16_asym", "sq_gptq_w8a8"]
 
@@ -165,9 +176,13 @@ def record_checkpoint(name, ckpt):
                     layer0[key] = t.contiguous()
     tensors.sort(key=lambda e: e["name"])
     with open(os.path.join(dst, "tensors.json"), "w", encoding="utf-8") as f:
-        json.dump({"checkpoint": name, "tensors": tensors}, f, indent=1)
-        f.write("\n")
-    save_file(layer0, os.path.join(dst, "layer0.safetensors"), metadata={"source": f"llmcompressor {name}"})
+        # One tensor per line: small and diffable.
+        f.write('{\n "checkpoint": %s,\n "tensors": [\n' % json.dumps(name))
+        f.write(",\n".join("  " + json.dumps(t) for t in tensors))
+        f.write("\n ]\n}\n")
+    layer0_path = os.path.join(dst, "layer0.safetensors")
+    save_file(layer0, layer0_path, metadata={"source": f"llmcompressor {name}"})
+    os.chmod(layer0_path, 0o644)  # safetensors creates it 0600
     st_bytes = sum(os.path.getsize(os.path.join(ckpt, f)) for f in safetensors_files(ckpt))
     dir_bytes = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt))
     return {"safetensors_bytes": st_bytes, "dir_bytes": dir_bytes, "num_tensors": len(tensors)}
@@ -258,16 +273,20 @@ def main():
     ids = None if a.skip_ppl else heldout_ids()
     with open(REFERENCE, encoding="utf-8") as f:
         ref = json.load(f)
-    summary["ppl_protocol"] = ref["ppl_protocol"] + "; fp32 compute on the decompressed weights"
-    summary["ppl_windows"] = a.ppl_windows or "all"
+    if not a.skip_ppl:
+        summary["ppl_protocol"] = ref["ppl_protocol"] + "; fp32 compute on the decompressed weights"
+        summary["ppl_windows"] = a.ppl_windows or "all"
+    summary["notes"] = NOTES
     results = summary.setdefault("results", {})
+    results.setdefault("bf16", {})["safetensors_bytes"] = sum(
+        os.path.getsize(os.path.join(MODEL, f)) for f in safetensors_files(MODEL))
 
     if not a.skip_ppl:
         t0 = time.time()
         ppl, scored, n = heldout_perplexity(load_decompressed(MODEL), ids, 512, a.ppl_windows)
-        results["bf16"] = {"ppl_heldout": ppl, "ppl_scored_tokens": scored, "ppl_windows": n,
+        results["bf16"].update({"ppl_heldout": ppl, "ppl_scored_tokens": scored, "ppl_windows": n,
                            "ppl_seconds": round(time.time() - t0, 1),
-                           "reference_json_ppl_heldout": ref["ppl_heldout"]}
+                           "reference_json_ppl_heldout": ref["ppl_heldout"]})
         print(f"bf16: heldout ppl {ppl:.6f} over {n} windows", flush=True)
         if a.bf16_all_windows:
             ppl, scored, n = heldout_perplexity(load_decompressed(MODEL), ids, 512, 0)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# "Does vLLM's side load what lowbit writes?", as close as a CPU machine gets: quantize the embedded
+# model with lowbit in several schemes, then load each checkpoint through compressed-tensors' own
+# decompressor and through transformers' compressed-tensors support (check_lowbit_checkpoint.py),
+# and compare their logits with lowbit's. Writes one JSON record per checkpoint under OUT_DIR and
+# fails if any check fails. The committed record is tests/golden/llmcompressor/lowbit_checks/.
+#
+# Usage: scripts/reference/check_lowbit_checkpoints.sh LOWBIT_BINARY OUT_DIR [PYTHON]
+#   PYTHON: the reference venv's python (scripts/reference/setup-llmcompressor-venv.sh), default
+#   /work/venv-llmc/bin/python.
+set -euo pipefail
+lowbit=$(realpath "$1")
+out=$(realpath -m "$2")
+python=${3:-/work/venv-llmc/bin/python}
+cd "$(dirname "$0")/../.."
+model=models/ref-llama-19m
+mkdir -p "$out"
+export CUDA_VISIBLE_DEVICES=
+
+mapfile -t prompts < <("$python" scripts/reference/check_lowbit_checkpoint.py "$model" \
+  --print-prompt-ids 2>/dev/null | sed -nE 's/^prompt[0-9]+: --prompt-ids ([0-9,]+)$/\1/p')
+[ ${#prompts[@]} -gt 0 ] || { echo "could not read the golden prompts" >&2; exit 1; }
+
+status=0
+check() {  # name, lowbit quantize arguments
+  local name=$1
+  shift
+  local dir="$out/$name"
+  "$lowbit" quantize "$model" -o "$dir" --overwrite --no-progress "$@" >/dev/null 2>&1
+  local logits=()
+  for i in "${!prompts[@]}"; do
+    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" -o "$out/$name-logits-$i.safetensors" >/dev/null
+    logits+=("$out/$name-logits-$i.safetensors")
+  done
+  if "$python" scripts/reference/check_lowbit_checkpoint.py "$dir" --lowbit-logits "${logits[@]}" \
+      --lowbit-tol 1e-3 --json "$out/$name.json" > "$out/$name.log" 2>&1; then
+    echo "$name: ok"
+  else
+    echo "$name: FAILED (see $out/$name.log)"
+    status=1
+  fi
+}
+
+calib=(--dataset data/text/calibration.txt --num-samples 32 --seq-len 512)
+check W4A16-gptq --scheme W4A16 --algo gptq "${calib[@]}"
+check W4A16_ASYM-rtn --scheme W4A16_ASYM --algo rtn
+check W8A16-rtn --scheme W8A16 --algo rtn
+check W8A8-sq-gptq --scheme W8A8 --algo gptq --smoothquant 0.8 "${calib[@]}"
+check FP8-rtn --scheme FP8 --algo rtn "${calib[@]}"
+check FP8_DYNAMIC-rtn --scheme FP8_DYNAMIC --algo rtn
+check FP8_BLOCK-rtn --scheme FP8_BLOCK --algo rtn
+check NVFP4A16-rtn --scheme NVFP4A16 --algo rtn
+check MXFP4A16-rtn --scheme MXFP4A16 --algo rtn
+# Not checked: actorder group (weight_g_idx), which compressed-tensors 0.19 itself rejects.
+exit $status
