@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Check a compressed-tensors checkpoint (written by lowbit) against the reference implementations.
 
-Loads checkpoint DIR twice, both in fp32 compute with the weights decompressed from the stored values:
+Loads checkpoint DIR twice, both decompressed in --load-dtype (default float32, i.e. w = q * scale in fp32;
+bfloat16 = the dequantized weights rounded to bf16, as when the model is loaded in its own dtype),
+then run with fp32 compute:
   (a) compressed-tensors alone: an empty model from config.json, compressed-tensors'
       apply_quantization_config + ModelCompressor.compress_model to obtain the exact compressed
       parameter layout, the safetensors loaded into it with load_state_dict(strict=True), then
       ModelCompressor.decompress_model;
-  (b) transformers: AutoModelForCausalLM.from_pretrained(DIR, dtype=float32,
+  (b) transformers: AutoModelForCausalLM.from_pretrained(DIR, dtype=<load dtype>,
       quantization_config=CompressedTensorsConfig(dequantize=True)).
 Before (a) it checks the tensor set: every tensor name, dtype and shape in DIR's safetensors must be
 exactly what compressed-tensors itself writes for that quantization_config (with the model dtype of
@@ -36,7 +38,7 @@ Usage (from the repository root):
   CUDA_VISIBLE_DEVICES= /work/venv-llmc/bin/python scripts/reference/check_lowbit_checkpoint.py DIR \
       [--lowbit-logits P0.safetensors P1.safetensors P2.safetensors] [--lowbit-tol X] \
       [--golden tests/golden/ref-llama-19m] [--json OUT.json] [--print-prompt-ids] \
-      [--compare-tensors tests/golden/llmcompressor/<name>/tensors.json]
+      [--compare-tensors tests/golden/llmcompressor/<name>/tensors.json] [--load-dtype bfloat16]
 --compare-tensors lists the tensors that are (not) byte-identical to llm-compressor's for the same recipe
 (RTN has no data dependence, so an exact reimplementation matches it byte for byte; calibrated
 algorithms may differ in floating-point summation order).
@@ -124,18 +126,18 @@ def compare_with_tensors_json(stored, path):
             "only_in_checkpoint": sorted(set(stored) - set(golden))}
 
 
-def load_via_model_compressor(ckpt, stored):
-    model, compressor, qconfig = compressed_skeleton(ckpt, torch.float32)
+def load_via_model_compressor(ckpt, stored, load_dtype):
+    model, compressor, qconfig = compressed_skeleton(ckpt, load_dtype)
     model.load_state_dict(stored, strict=True)
     compressor.decompress_model(model)
-    return model.eval(), qconfig
+    return model.float().eval(), qconfig
 
 
-def load_via_transformers(ckpt):
+def load_via_transformers(ckpt, load_dtype):
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
     model = AutoModelForCausalLM.from_pretrained(
-        ckpt, dtype=torch.float32, quantization_config=CompressedTensorsConfig(dequantize=True))
-    return model.eval()
+        ckpt, dtype=load_dtype, quantization_config=CompressedTensorsConfig(dequantize=True))
+    return model.float().eval()
 
 
 def has_activation_quant(qconfig):
@@ -198,6 +200,8 @@ def main():
     ap.add_argument("--lowbit-logits", nargs="*", default=[])
     ap.add_argument("--lowbit-tol", type=float, default=None)
     ap.add_argument("--ab-tol", type=float, default=0.0)
+    ap.add_argument("--load-dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="dtype the checkpoint is loaded and decompressed in, before the fp32 forward")
     ap.add_argument("--json", default=None)
     ap.add_argument("--print-prompt-ids", action="store_true")
     ap.add_argument("--compare-tensors", default=None, metavar="TENSORS_JSON",
@@ -233,8 +237,10 @@ def main():
                 json.dump(report, f, indent=1)
         return 1
 
-    model_a, qconfig = load_via_model_compressor(a.dir, stored)
-    model_b = load_via_transformers(a.dir)
+    load_dtype = getattr(torch, a.load_dtype)
+    report["load_dtype"] = a.load_dtype
+    model_a, qconfig = load_via_model_compressor(a.dir, stored, load_dtype)
+    model_b = load_via_transformers(a.dir, load_dtype)
     wdiff, wkey, wmissing = max_weight_diff(model_a, model_b)
     report["weights_a_vs_b"] = {"max_abs_diff": wdiff, "worst_tensor": wkey, "not_in_both": wmissing}
 

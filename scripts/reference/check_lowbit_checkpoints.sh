@@ -2,7 +2,8 @@
 # "Does vLLM's side load what lowbit writes?", as close as a CPU machine gets: quantize the embedded
 # model with lowbit in several schemes, then load each checkpoint through compressed-tensors' own
 # decompressor and through transformers' compressed-tensors support (check_lowbit_checkpoint.py),
-# and compare their logits with lowbit's. Writes one JSON record per checkpoint under OUT_DIR and
+# and compare their logits with lowbit's (weights decompressed to bf16, as lowbit holds them).
+# Writes one JSON record per checkpoint under OUT_DIR and
 # fails if any check fails. The committed record is tests/golden/llmcompressor/lowbit_checks/.
 #
 # Usage: scripts/reference/check_lowbit_checkpoints.sh LOWBIT_BINARY OUT_DIR [PYTHON]
@@ -33,7 +34,7 @@ check() {  # name, lowbit quantize arguments
     logits+=("$out/$name-logits-$i.safetensors")
   done
   if "$python" scripts/reference/check_lowbit_checkpoint.py "$dir" --lowbit-logits "${logits[@]}" \
-      --lowbit-tol 1e-3 --json "$out/$name.json" > "$out/$name.log" 2>&1; then
+      --load-dtype bfloat16 --lowbit-tol 1e-3 --json "$out/$name.json" > "$out/$name.log" 2>&1; then
     echo "$name: ok"
   else
     echo "$name: FAILED (see $out/$name.log)"

@@ -29,7 +29,7 @@ group of 128 for FP8_BLOCK): "ppl_heldout" includes that; "ppl_heldout_weight_on
 activation quantization disabled (quantization_enabled = False on every quantized module).
 --ppl-windows N limits the evaluation to the first N windows.
 
-Reference environment: /work/venv-llmc, created by scripts/reference/setup-llmcompressor-venv.sh
+Reference environment: /work/venv-llmc (or a venv made by scripts/reference/setup-llmcompressor-venv.sh)
 (llmcompressor 0.14.0.1, compressed-tensors 0.19.0, torch 2.11.0, transformers 5.17.0; pins in
 requirements-llmcompressor.txt). CPU only.
 
@@ -37,6 +37,10 @@ Usage (from the repository root):
   CUDA_VISIBLE_DEVICES= /work/venv-llmc/bin/python scripts/reference/run_llmcompressor.py \
       [--configs NAME...] [--scratch /work/scratch-llmc] [--ppl-windows N] [--skip-oneshot]
   --skip-oneshot re-records files and perplexities from checkpoints already in --scratch.
+The committed data was made with:
+  CUDA_VISIBLE_DEVICES= /work/venv-llmc/bin/python scripts/reference/run_llmcompressor.py \
+      --ppl-windows 128 --bf16-all-windows
+then re-recorded (same checkpoints) with --skip-oneshot --skip-ppl.
 """
 import argparse
 import hashlib
