@@ -49,6 +49,10 @@ class Tensor {
   // An fp32 copy of any float or integer tensor (bf16/f16/fp8 decoded exactly).
   Tensor to_f32() const;
 
+  // An owned tensor of float `dtype` (F32, BF16, F16, F8_E4M3) holding `values` rounded to it
+  // (round to nearest even, as torch's casts do); numel(shape) values are read.
+  static Tensor from_f32(const float* values, Shape shape, DType dtype);
+
   // "[2, 3]" for messages.
   std::string shape_string() const;
 

@@ -82,6 +82,22 @@ Tensor Tensor::reshaped(Shape shape) const {
   return view(dtype_, std::move(shape), data_, owner_);
 }
 
+Tensor Tensor::from_f32(const float* values, Shape shape, DType dtype) {
+  Tensor out = zeros(dtype, std::move(shape));
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::F32: out.data_as<float>()[i] = values[i]; break;
+      case DType::BF16: out.data_as<uint16_t>()[i] = f32_to_bf16(values[i]); break;
+      case DType::F16: out.data_as<uint16_t>()[i] = f32_to_f16(values[i]); break;
+      case DType::F8_E4M3: out.data_as<uint8_t>()[i] = f32_to_fp8_e4m3(values[i]); break;
+      default:
+        throw Internal("Tensor::from_f32: " + std::string(dtype_name(dtype)) + " is not a float dtype");
+    }
+  }
+  return out;
+}
+
 Tensor Tensor::to_f32() const {
   Tensor out = zeros(DType::F32, shape_);
   float* dst = out.data_as<float>();

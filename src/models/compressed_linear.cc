@@ -2,7 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/float_convert.h"
 #include "lowbit/error.h"
 #include "quant/scheme/compressed_tensor.h"
 #include "quant/scheme/matching.h"
@@ -35,25 +34,6 @@ const quant::QuantScheme* CompressedLinearLoader::scheme_of(const std::string& m
   return scheme.weights ? &scheme : nullptr;
 }
 
-namespace {
-
-Tensor to_dtype(const std::vector<float>& values, int64_t rows, int64_t cols, DType dtype) {
-  Tensor t = Tensor::zeros(dtype, {rows, cols});
-  const size_t n = values.size();
-  if (dtype == DType::BF16) {
-    auto* out = t.data_as<uint16_t>();
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(values[i]);
-  } else if (dtype == DType::F16) {
-    auto* out = t.data_as<uint16_t>();
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_f16(values[i]);
-  } else {
-    std::copy(values.begin(), values.end(), t.data_as<float>());
-  }
-  return t;
-}
-
-}  // namespace
-
 Linear CompressedLinearLoader::load(const formats::Checkpoint& checkpoint,
                                     const std::string& module, int64_t out, int64_t in,
                                     DType model_dtype, std::set<std::string>& used) const {
@@ -75,7 +55,7 @@ Linear CompressedLinearLoader::load(const formats::Checkpoint& checkpoint,
   const std::vector<float> values =
       quant::decompress_weight(source, module, *scheme->weights, format, out, in);
   Linear linear;
-  linear.weight = to_dtype(values, out, in, model_dtype);
+  linear.weight = Tensor::from_f32(values.data(), {out, in}, model_dtype);
   if (scheme->input_activations) {
     linear.input_quant = *scheme->input_activations;
     if (!scheme->input_activations->is_dynamic()) {

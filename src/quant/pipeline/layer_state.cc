@@ -1,7 +1,5 @@
 #include "quant/pipeline/layer_state.h"
 
-#include "core/float_convert.h"
-
 namespace lowbit::quant {
 
 int64_t ActivationCache::tokens() const {
@@ -60,20 +58,7 @@ std::vector<float> weight_to_f32(const models::Linear& linear) {
 }
 
 void set_weight(models::Linear& linear, const std::vector<float>& values, DType dtype) {
-  const int64_t rows = linear.weight.dim(0);
-  const int64_t cols = linear.weight.dim(1);
-  Tensor t = Tensor::zeros(dtype, {rows, cols});
-  const size_t n = values.size();
-  if (dtype == DType::BF16) {
-    auto* out = t.data_as<uint16_t>();
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(values[i]);
-  } else if (dtype == DType::F16) {
-    auto* out = t.data_as<uint16_t>();
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_f16(values[i]);
-  } else {
-    std::copy(values.begin(), values.end(), t.data_as<float>());
-  }
-  linear.weight = std::move(t);
+  linear.weight = Tensor::from_f32(values.data(), linear.weight.shape(), dtype);
 }
 
 }  // namespace lowbit::quant

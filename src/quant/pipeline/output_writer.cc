@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/float_convert.h"
 #include "lowbit/error.h"
 #include "quant/pipeline/layer_state.h"
 #include "quant/scheme/compressed_tensor.h"
@@ -20,17 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 Tensor vector_tensor(const std::vector<float>& v, Shape shape, DType dtype) {
-  Tensor t = Tensor::zeros(dtype, std::move(shape));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (dtype == DType::BF16) {
-      t.data_as<uint16_t>()[i] = f32_to_bf16(v[i]);
-    } else if (dtype == DType::F16) {
-      t.data_as<uint16_t>()[i] = f32_to_f16(v[i]);
-    } else {
-      t.data_as<float>()[i] = v[i];
-    }
-  }
-  return t;
+  return Tensor::from_f32(v.data(), std::move(shape), dtype);
 }
 
 // The model's fp32 norm vector back in the checkpoint's dtype (exact unless it was smoothed,

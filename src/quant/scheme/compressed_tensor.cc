@@ -45,18 +45,10 @@ Shape scale_shape(const QuantArgs& args, const QParams& qp) {
 }
 
 Tensor float_tensor(const std::vector<float>& v, DType dtype, Shape shape) {
-  Tensor t = Tensor::zeros(dtype, std::move(shape));
-  LOWBIT_CHECK_AS(Internal, static_cast<size_t>(t.numel()) == v.size(), "float_tensor: size");
-  for (size_t i = 0; i < v.size(); ++i) {
-    switch (dtype) {
-      case DType::F32: t.data_as<float>()[i] = v[i]; break;
-      case DType::BF16: t.data_as<uint16_t>()[i] = f32_to_bf16(v[i]); break;
-      case DType::F16: t.data_as<uint16_t>()[i] = f32_to_f16(v[i]); break;
-      case DType::F8_E4M3: t.data_as<uint8_t>()[i] = f32_to_fp8_e4m3(v[i]); break;
-      default: throw Internal("float_tensor: not a float dtype");
-    }
-  }
-  return t;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  LOWBIT_CHECK_AS(Internal, static_cast<size_t>(n) == v.size(), "float_tensor: size");
+  return Tensor::from_f32(v.data(), std::move(shape), dtype);
 }
 
 }  // namespace ct_detail
