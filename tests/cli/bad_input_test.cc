@@ -13,16 +13,6 @@ namespace {
 namespace fs = std::filesystem;
 const char* kModel = "models/ref-llama-19m";
 
-void write_file(const fs::path& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 void expect_clean_error(const CliResult& result, const std::vector<std::string>& mentions) {
   EXPECT_EQ(result.exit_code, 2) << result.output;
   for (const auto& m : mentions) EXPECT_NE(result.output.find(m), std::string::npos) << result.output;

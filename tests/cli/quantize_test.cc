@@ -28,16 +28,6 @@ fs::path scratch_dir(const std::string& name) {
   return dir;
 }
 
-void write_file(const fs::path& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // One error line naming `mentions`, exit code 2, and nothing written at `out`.
 void expect_refused(const std::string& args, const fs::path& out,
                     const std::vector<std::string>& mentions) {
