@@ -140,9 +140,10 @@ OneshotReport run_oneshot(const OneshotOptions& o) {
   report.input_bytes = weight_bytes(o.model_dir);
 
   bool needs_data = needs_calibration(quantize);
-  for (const PlanStep& s : o.plan.steps) needs_data = needs_data || !std::holds_alternative<QuantizeStep>(s);
   for (const PlanStep& s : o.plan.steps) {
-    if (!std::holds_alternative<QuantizeStep>(s)) check_smoothable(*model);
+    if (std::holds_alternative<QuantizeStep>(s)) continue;
+    check_smoothable(*model);  // SmoothQuant and AWQ fold scales into the norms
+    needs_data = true;
   }
   CalibrationSet samples;
   if (needs_data) {
