@@ -21,6 +21,7 @@ namespace lowbit::cli {
 namespace {
 
 struct BenchOptions {
+  ModelLoadOptions load;
   std::string model;
   int threads = 0;
   int64_t prompt_tokens = 512;
@@ -51,7 +52,7 @@ int run_bench(const BenchOptions& options) {
   apply_threads(options.threads);
   LOWBIT_CHECK(options.prompt_tokens >= 1 && options.decode_tokens >= 2 && options.repeats >= 1,
                "bench: --prompt-tokens >= 1, --decode-tokens >= 2 and --repeats >= 1 are required");
-  auto model = models::Model::load(options.model);
+  auto model = models::Model::load(options.model, prepare_model_load(options.load));
   const auto& config = model->config();
   const double bytes_per_token = weight_bytes_per_token(options.model, config);
   const int threads = omp_get_max_threads();
@@ -125,6 +126,7 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   CLI::App* sub = app.add_subcommand(
       "bench", "Prefill and decode speed, beside the memory bandwidth measured in the same run");
   sub->add_option("model", options->model, "Model directory")->required();
+  add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
   sub->add_option("--prompt-tokens", options->prompt_tokens, "Prefill length")->capture_default_str();
   sub->add_option("--decode-tokens", options->decode_tokens, "Decode steps")->capture_default_str();

@@ -13,6 +13,7 @@ namespace lowbit::cli {
 namespace {
 
 struct GenerateOptions {
+  ModelLoadOptions load;
   std::string model;
   PromptOptions prompt;
   int32_t max_tokens = 128;
@@ -41,7 +42,7 @@ runtime::SamplingParams default_sampling(const models::ModelConfig& config) {
 
 int run_generate(const GenerateOptions& options, const CLI::App& app) {
   apply_threads(options.threads);
-  auto model = models::Model::load(options.model);
+  auto model = models::Model::load(options.model, prepare_model_load(options.load));
   auto tokenizer = load_tokenizer_if_present(options.model);
   runtime::GenerationRequest request;
   request.prompt_ids = resolve_prompt(options.prompt, options.model, tokenizer.get());
@@ -103,6 +104,7 @@ void add_generate_command(CLI::App& app, CommandList& commands) {
   sub->add_flag("--ignore-eos", options->ignore_eos, "Keep generating after an end-of-sequence id");
   sub->add_flag("--output-ids", options->output_ids, "Print the generated token ids as a JSON list");
   sub->add_flag("--stats", options->stats, "Print prefill and decode speed to stderr");
+  add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
   commands.push_back({sub, [options, sub] { return run_generate(*options, *sub); }});
 }

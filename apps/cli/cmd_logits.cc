@@ -13,6 +13,7 @@ namespace lowbit::cli {
 namespace {
 
 struct LogitsOptions {
+  ModelLoadOptions load;
   std::string model;
   PromptOptions prompt;
   std::string output;
@@ -21,7 +22,7 @@ struct LogitsOptions {
 
 int run_logits(const LogitsOptions& options) {
   apply_threads(options.threads);
-  auto model = models::Model::load(options.model);
+  auto model = models::Model::load(options.model, prepare_model_load(options.load));
   auto tokenizer = load_tokenizer_if_present(options.model);
   std::vector<int32_t> ids = resolve_prompt(options.prompt, options.model, tokenizer.get());
   auto cache = model->new_cache(static_cast<int64_t>(ids.size()));
@@ -45,6 +46,7 @@ void add_logits_command(CLI::App& app, CommandList& commands) {
   sub->add_option("model", options->model, "Model directory")->required();
   add_prompt_options(sub, options->prompt, /*chat_flags=*/true);
   sub->add_option("-o,--output", options->output, "Output .safetensors file")->required();
+  add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
   commands.push_back({sub, [options] { return run_logits(*options); }});
 }

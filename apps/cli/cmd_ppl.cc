@@ -16,6 +16,7 @@ namespace lowbit::cli {
 namespace {
 
 struct PplOptions {
+  ModelLoadOptions load;
   std::string model;
   std::string text_file;
   int64_t context = 512;
@@ -48,7 +49,7 @@ std::string read_text_file(const std::string& path) {
 
 int run_ppl(const PplOptions& options) {
   apply_threads(options.threads);
-  auto model = models::Model::load(options.model);
+  auto model = models::Model::load(options.model, prepare_model_load(options.load));
   auto tokenizer = load_tokenizer_if_present(options.model);
   LOWBIT_CHECK(tokenizer != nullptr, options.model + " has no tokenizer.json: ppl needs one");
   std::vector<int32_t> tokens = tokenizer->encode(read_text_file(options.text_file), false);
@@ -96,6 +97,7 @@ void add_ppl_command(CLI::App& app, CommandList& commands) {
   sub->add_flag("--bos", options->bos, "Start every window with the BOS token");
   sub->add_option("--max-windows", options->max_windows, "Score at most this many windows (0 = all)");
   sub->add_flag("--json", options->json, "Print one JSON object");
+  add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
   commands.push_back({sub, [options] { return run_ppl(*options); }});
 }

@@ -23,5 +23,6 @@ void add_tokenize_commands(CLI::App& app, CommandList& commands);
 void add_synth_command(CLI::App& app, CommandList& commands);
 void add_bench_command(CLI::App& app, CommandList& commands);
 void add_quantize_command(CLI::App& app, CommandList& commands);
+void add_methods_command(CLI::App& app, CommandList& commands);
 
 }  // namespace lowbit::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   cli::add_synth_command(app, commands);
   cli::add_bench_command(app, commands);
   cli::add_quantize_command(app, commands);
+  cli::add_methods_command(app, commands);
 
   try {
     app.parse(argc, argv);

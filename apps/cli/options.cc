@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "lowbit/error.h"
+#include "models/model.h"
+#include "quant/methods/plugins.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -83,6 +85,42 @@ std::vector<int32_t> resolve_prompt(const PromptOptions& options, const std::str
       chat_template->render(messages, /*add_generation_prompt=*/true, special_tokens_map(model_dir));
   // The template writes the special tokens itself (BOS included): encode without adding more.
   return tokenizer->encode(rendered, /*add_special_tokens=*/false);
+}
+
+void add_plugin_option(CLI::App* app, std::vector<std::string>& plugins) {
+  app->add_option("--plugin", plugins,
+                  "Load a quantization-method plugin (shared library; repeatable; also "
+                  "LOWBIT_PLUGINS=a.so:b.so)")
+      ->allow_extra_args(false);
+}
+
+void add_model_load_options(CLI::App* app, ModelLoadOptions& options) {
+  app->add_option("--quantization", options.quantization,
+                  "Quantization method: the checkpoint's own (detected), or an online one for an "
+                  "unquantized checkpoint: fp8, fp8_per_channel, fp8_per_block, ... (`lowbit "
+                  "methods` lists them)");
+  app->add_option("--linear-backend", options.linear_backend,
+                  "Force the kernel family of quantized Linear layers: wna16, w8a8, fp8 or "
+                  "dequant (an error if it cannot run a layer)");
+  app->add_option("--dtype", options.dtype,
+                  "What dequantized weights are held in: auto (the checkpoint's), float32, "
+                  "bfloat16, float16")
+      ->capture_default_str();
+  add_plugin_option(app, options.plugins);
+}
+
+void load_cli_plugins(const std::vector<std::string>& plugins) {
+  quant::load_plugins(plugins);
+  quant::load_plugins(quant::plugins_from_environment());
+}
+
+models::LoadOptions prepare_model_load(const ModelLoadOptions& options) {
+  load_cli_plugins(options.plugins);
+  models::LoadOptions load;
+  load.quantization = options.quantization;
+  load.linear_backend = options.linear_backend;
+  load.dtype = options.dtype;
+  return load;
 }
 
 void add_threads_option(CLI::App* app, int& threads) {

@@ -14,6 +14,7 @@ namespace lowbit {
 class Tokenizer;
 namespace models {
 class Model;
+struct LoadOptions;
 }
 }  // namespace lowbit
 
@@ -37,6 +38,19 @@ std::vector<int32_t> resolve_prompt(const PromptOptions& options, const std::str
 // "1,2,3", "[1, 2, 3]" → ids; InvalidArgument naming `flag` for anything else.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 std::string format_id_list(const std::vector<int32_t>& ids);
+
+// --quantization, --linear-backend and --plugin: how a model's layers are quantized and run.
+struct ModelLoadOptions {
+  std::string quantization;
+  std::string linear_backend;
+  std::string dtype = "auto";
+  std::vector<std::string> plugins;
+};
+void add_model_load_options(CLI::App* app, ModelLoadOptions& options);
+void add_plugin_option(CLI::App* app, std::vector<std::string>& plugins);
+// Loads the plugins (--plugin, then LOWBIT_PLUGINS) and returns the model's load options.
+models::LoadOptions prepare_model_load(const ModelLoadOptions& options);
+void load_cli_plugins(const std::vector<std::string>& plugins);
 
 void add_threads_option(CLI::App* app, int& threads);
 void apply_threads(int threads);  // 0: OpenMP's default (all cores)

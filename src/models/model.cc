@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "lowbit/error.h"
 #include "models/weight_loader.h"
+#include "quant/methods/resolve.h"
 
 namespace lowbit::models {
 
@@ -52,7 +53,20 @@ void KvCache::reserve(int64_t tokens) {
   capacity_ = grown;
 }
 
-std::unique_ptr<Model> Model::load(const std::string& dir) {
+namespace {
+
+// --dtype values (vLLM's spellings); nullopt for "auto".
+std::optional<DType> parse_dtype_option(const std::string& name) {
+  if (name.empty() || name == "auto") return std::nullopt;
+  if (name == "float32" || name == "float") return DType::F32;
+  if (name == "bfloat16") return DType::BF16;
+  if (name == "float16" || name == "half") return DType::F16;
+  throw InvalidArgument("--dtype '" + name + "': expected auto, float32, bfloat16 or float16");
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   model->config_ = load_model_config(dir);
   model->spec_ = ArchRegistry::instance().find(model->config_.architecture);
@@ -60,8 +74,18 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
     throw Internal("architecture " + model->config_.architecture + " parsed but not registered");
   }
   model->checkpoint_ = std::make_unique<formats::Checkpoint>(formats::Checkpoint::open(dir));
-  model->weights_ = load_decoder_weights(*model->checkpoint_, model->config_, *model->spec_,
-                                         &model->unused_tensors_);
+  quant::ResolvedQuantization quantization = quant::resolve_quantization(
+      dir, model->config_.quantization_config_json, model->config_.source,
+      quant::QuantizationRequest{options.quantization});
+  if (quantization.config == nullptr && !options.linear_backend.empty()) {
+    throw InvalidArgument("--linear-backend " + options.linear_backend + ": " + dir +
+                          " is not quantized (add --quantization to quantize it online)");
+  }
+  model->quantization_ = quantization.describe();
+  model->weights_ =
+      load_decoder_weights(*model->checkpoint_, model->config_, *model->spec_,
+                           quantization.config.get(), options.linear_backend,
+                           parse_dtype_option(options.dtype), &model->unused_tensors_);
   model->rope_ = std::make_unique<RotaryEmbedding>(model->config_);
   model->directory_ = dir;
   log_debug("loaded " + model->config_.architecture + " from " + dir);

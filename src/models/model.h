@@ -59,10 +59,23 @@ class KvCache {
   std::vector<std::vector<float>> values_;
 };
 
+// How to build a model: quantization on top of what the checkpoint says, and kernel choice.
+struct LoadOptions {
+  std::string quantization;    // --quantization: online method, or the checkpoint's own name
+  std::string linear_backend;  // --linear-backend: force a kernel family (error if it cannot run)
+  // --dtype: what quantized layers that dequantize (the dequant kernel) compute in; "auto" = the
+  // checkpoint's float dtype (the embedding's). Activations are fp32 on the CPU either way.
+  std::string dtype = "auto";
+};
+
 class Model {
  public:
-  // Reads dir/config.json (+ generation_config.json) and the safetensors checkpoint in dir.
-  static std::unique_ptr<Model> load(const std::string& dir);
+  // Reads dir/config.json (+ generation_config.json) and the safetensors checkpoint in dir; the
+  // quantization method comes from the checkpoint (quant/methods/resolve.h) and `options`.
+  static std::unique_ptr<Model> load(const std::string& dir, const LoadOptions& options = {});
+
+  // "compressed-tensors (checkpoint)", "fp8 (online)", "none (unquantized)".
+  const std::string& quantization() const { return quantization_; }
 
   const ModelConfig& config() const { return config_; }
   const ArchSpec& spec() const { return *spec_; }
@@ -113,6 +126,7 @@ class Model {
   std::unique_ptr<RotaryEmbedding> rope_;
   std::vector<std::string> unused_tensors_;
   std::string directory_;
+  std::string quantization_;
 };
 
 }  // namespace lowbit::models

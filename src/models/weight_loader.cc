@@ -1,40 +1,57 @@
 #include "models/weight_loader.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "core/log.h"
 #include "lowbit/error.h"
-#include "models/compressed_linear.h"
 
 namespace lowbit::models {
 
 namespace {
 
-// Fetches tensors by name with the checks, and remembers which names were used.
+// Fetches tensors by name with the checks, and remembers which names were used. Linear layers go
+// through the quantization config when there is one: its method declares the tensors, this loader
+// fetches and checks them, the method repacks them for its kernel.
 class TensorFetcher {
  public:
-  TensorFetcher(const formats::Checkpoint& checkpoint, const ModelConfig& config)
+  TensorFetcher(const formats::Checkpoint& checkpoint, const ModelConfig& config,
+                const quant::QuantizationConfig* quantization, std::string backend)
       : checkpoint_(checkpoint),
         config_(config),
-        quantized_(CompressedLinearLoader::from_config(config)) {}
+        quantization_(quantization),
+        backend_(std::move(backend)) {}
 
-  // Quantized checkpoints: the dtype dequantized weights get (the embedding's).
+  // The dtype quantized layers compute in where they dequantize (the embedding's).
   DType model_dtype = DType::BF16;
 
-  // A Linear's weight: stored as is, or dequantized from its compressed-tensors tensors.
-  Linear linear_weight(const std::string& base, int64_t out, int64_t in) {
-    if (quantized_ && quantized_->scheme_of(base) != nullptr) {
-      return quantized_->load(checkpoint_, base, out, in, model_dtype, used_);
+  // A Linear's weight: stored as is, or loaded by its quantization method.
+  Linear linear_weight(const std::string& base, int64_t out, int64_t in,
+                       quant::LayerKind kind = quant::LayerKind::Linear) {
+    if (quantization_ != nullptr) {
+      quant::LayerInfo info;
+      info.kind = kind;
+      info.prefix = base;
+      info.in_features = in;
+      info.out_features = out;
+      info.params_dtype = model_dtype;
+      info.backend = backend_;
+      std::unique_ptr<quant::LinearMethod> method = quantization_->get_quant_method(info);
+      if (method) return load_with_method(std::move(method), info);
     }
     Linear l;
     l.weight = get(base + ".weight", {out, in});
     return l;
   }
 
+  // Kernel name → modules it runs, for the summary log line.
+  const std::map<std::string, int>& kernels_selected() const { return kernels_; }
+
   // Tensors the checkpoint carries for runtime methods that this loader does not use yet.
   bool is_quantization_extra(const std::string& name) const {
-    if (!quantized_) return false;
+    if (quantization_ == nullptr) return false;
     for (const char* suffix : {".k_scale", ".v_scale", ".q_scale", ".k_zero_point", ".v_zero_point"}) {
       const std::string s(suffix);
       if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
@@ -80,14 +97,72 @@ class TensorFetcher {
   const std::set<std::string>& used() const { return used_; }
 
  private:
+  Linear load_with_method(std::unique_ptr<quant::LinearMethod> method,
+                          const quant::LayerInfo& info) {
+    quant::LayerParams params(info);
+    params.source = checkpoint_.path();
+    method->create_weights(params);
+    for (const quant::ParamSpec& spec : params.declared()) {
+      const std::string name = info.prefix + "." + spec.name;
+      if (!checkpoint_.has(name)) {
+        if (!spec.required) continue;
+        throw InvalidArgument(checkpoint_.path() + ": tensor '" + name + "' is missing (" +
+                              quantization_->get_name() + " quantizes " + info.prefix + ")");
+      }
+      Tensor t = checkpoint_.get(name);
+      check_declared(spec, name, t);
+      used_.insert(name);
+      params.set(spec.name, std::move(t));
+    }
+    method->process_weights_after_loading(params);
+    log_debug("Selected " + method->kernel_name() + " for " + info.prefix);
+    ++kernels_[method->kernel_name()];
+    Linear l;
+    l.method_in = info.in_features;
+    l.method_out = info.out_features;
+    l.method = std::move(method);
+    return l;
+  }
+
+  void check_declared(const quant::ParamSpec& spec, const std::string& name, const Tensor& t) {
+    if (!spec.dtypes.empty() &&
+        std::find(spec.dtypes.begin(), spec.dtypes.end(), t.dtype()) == spec.dtypes.end()) {
+      std::string allowed;
+      for (DType d : spec.dtypes) allowed += (allowed.empty() ? "" : "/") + std::string(dtype_name(d));
+      throw InvalidArgument(checkpoint_.file_of(name) + ": tensor '" + name + "' has dtype " +
+                            std::string(dtype_name(t.dtype())) + ", " + quantization_->get_name() +
+                            " expects " + allowed);
+    }
+    bool shape_ok = spec.shape.empty() || spec.shape.size() == t.shape().size();
+    for (size_t i = 0; shape_ok && i < spec.shape.size(); ++i) {
+      shape_ok = spec.shape[i] < 0 || spec.shape[i] == t.shape()[i];
+    }
+    if (!shape_ok) {
+      throw InvalidArgument(checkpoint_.file_of(name) + ": tensor '" + name + "' has shape " +
+                            t.shape_string() + ", " + quantization_->get_name() + " expects " +
+                            shape_to_string(spec.shape));
+    }
+  }
+
   const formats::Checkpoint& checkpoint_;
   const ModelConfig& config_;
-  std::unique_ptr<CompressedLinearLoader> quantized_;
+  const quant::QuantizationConfig* quantization_;
+  std::string backend_;
+  std::map<std::string, int> kernels_;
   std::set<std::string> used_;
 };
 
 std::vector<float> slice(const std::vector<float>& v, int64_t begin, int64_t end) {
   return std::vector<float>(v.begin() + begin, v.begin() + end);
+}
+
+// Fused projections are split into row views of one dense matrix; a quantized one would need its
+// method to split, which none does yet.
+void reject_fused_method(const Linear& fused, const std::string& name) {
+  if (fused.method) {
+    throw Unsupported(name + ": quantized fused projections (qkv_proj / gate_up_proj) are not "
+                      "supported yet");
+  }
 }
 
 Linear linear(TensorFetcher& fetch, const std::string& base, int64_t out, int64_t in, bool bias) {
@@ -106,6 +181,7 @@ AttentionWeights load_attention(TensorFetcher& fetch, const ModelConfig& c, cons
     // One [q | k | v] matrix: the three projections are row ranges of it.
     Linear fused = linear(fetch, prefix + names.qkv_proj, q_out + 2 * kv_out, c.hidden_size,
                           c.attention_qkv_bias);
+    reject_fused_method(fused, prefix + names.qkv_proj);
     a.q.weight = fused.weight.slice_rows(0, q_out);
     a.k.weight = fused.weight.slice_rows(q_out, q_out + kv_out);
     a.v.weight = fused.weight.slice_rows(q_out + kv_out, q_out + 2 * kv_out);
@@ -139,6 +215,7 @@ MlpWeights load_mlp(TensorFetcher& fetch, const ModelConfig& c, const ArchSpec& 
   if (!names.gate_up_proj.empty()) {
     // One [gate | up] matrix: gate is the first half of the rows.
     Linear fused = linear(fetch, prefix + names.gate_up_proj, 2 * inter, c.hidden_size, c.mlp_bias);
+    reject_fused_method(fused, prefix + names.gate_up_proj);
     m.gate.weight = fused.weight.slice_rows(0, inter);
     m.up.weight = fused.weight.slice_rows(inter, 2 * inter);
     for (Linear* part : {&m.gate, &m.up}) {
@@ -189,9 +266,9 @@ MoeWeights load_moe(TensorFetcher& fetch, const ModelConfig& c, const ArchSpec& 
   for (int64_t e = 0; e < experts; ++e) {
     const std::string base = prefix + names.experts + std::to_string(e) + ".";
     MlpWeights& m = moe.experts[static_cast<size_t>(e)];
-    m.gate = linear(fetch, base + names.expert_gate, inter, hidden, false);
-    m.up = linear(fetch, base + names.expert_up, inter, hidden, false);
-    m.down = linear(fetch, base + names.expert_down, hidden, inter, false);
+    m.gate = fetch.linear_weight(base + names.expert_gate, inter, hidden, quant::LayerKind::Experts);
+    m.up = fetch.linear_weight(base + names.expert_up, inter, hidden, quant::LayerKind::Experts);
+    m.down = fetch.linear_weight(base + names.expert_down, hidden, inter, quant::LayerKind::Experts);
   }
   return moe;
 }
@@ -218,12 +295,15 @@ std::vector<std::string> report_unused(const formats::Checkpoint& checkpoint,
 }  // namespace
 
 DecoderWeights load_decoder_weights(const formats::Checkpoint& checkpoint, const ModelConfig& c,
-                                    const ArchSpec& spec, std::vector<std::string>* unused) {
-  TensorFetcher fetch(checkpoint, c);
+                                    const ArchSpec& spec, const quant::QuantizationConfig* quantization,
+                                    const std::string& linear_backend,
+                                    std::optional<DType> dequant_dtype,
+                                    std::vector<std::string>* unused) {
+  TensorFetcher fetch(checkpoint, c, quantization, linear_backend);
   const ArchTensorNames& names = spec.names;
   DecoderWeights w;
   w.embed = fetch.get(names.embed, {c.vocab_size, c.hidden_size});
-  fetch.model_dtype = w.embed.dtype();
+  fetch.model_dtype = dequant_dtype.value_or(w.embed.dtype());
   w.embed_scale = spec.scale_embedding
                       ? static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)))
                       : 1.0f;
@@ -253,7 +333,11 @@ DecoderWeights load_decoder_weights(const formats::Checkpoint& checkpoint, const
       throw InvalidArgument(checkpoint.path() + ": tensor '" + names.lm_head + "' is missing and " +
                             c.source + " has tie_word_embeddings false");
     }
-    w.lm_head = fetch.linear_weight(head, c.vocab_size, c.hidden_size);
+    w.lm_head = fetch.linear_weight(head, c.vocab_size, c.hidden_size, quant::LayerKind::LmHead);
+  }
+  for (const auto& [kernel, modules] : fetch.kernels_selected()) {
+    log_info("Selected " + kernel + " for " + std::to_string(modules) + " module(s) (LOWBIT_LOG=debug "
+             "names each)");
   }
   std::vector<std::string> not_used = report_unused(checkpoint, fetch, c, spec);
   if (unused != nullptr) *unused = std::move(not_used);

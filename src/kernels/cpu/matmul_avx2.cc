@@ -209,9 +209,11 @@ void gemv_avx2(const MatmulArgs& args) {
   }
 }
 
-void gemm_avx2(const MatmulArgs& args) {
+BlockedKernel blocked_kernel_avx2() {
   // x sliver 6·512·4 = 12 KiB (L1); W block 128·512·4 = 256 KiB (L2).
-  run_blocked(args, BlockedKernel{kMr, kNr, 512, 128, micro_kernel});
+  return BlockedKernel{kMr, kNr, 512, 128, micro_kernel};
 }
+
+void gemm_avx2(const MatmulArgs& args) { run_blocked(args, blocked_kernel_avx2()); }
 
 }  // namespace lowbit::kernels::cpu::detail

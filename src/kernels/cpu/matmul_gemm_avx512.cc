@@ -247,6 +247,10 @@ void pack_x(const MatmulArgs& a, int64_t row0, int64_t rows, int64_t k0, int64_t
 
 }  // namespace
 
+BlockedKernel blocked_kernel_avx512() {
+  return BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<false>, nullptr, pack_x<false>};
+}
+
 void gemm_avx512(const MatmulArgs& args) {
   run_blocked(args, BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<false>, pack_for(args.w_dtype),
                                   pack_x<false>});

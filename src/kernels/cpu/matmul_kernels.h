@@ -74,6 +74,12 @@ struct BlockedKernel {
 // The blocked (prefill) path around a micro-kernel: threads, blocking, packing. Needs k > 0.
 void run_blocked(const MatmulArgs& args, const BlockedKernel& kernel);
 
+// Each ISA's blocked kernel (micro-kernel, blocking, x packing; pack left null), for weight formats
+// that bring their own PackWeights and reuse the rest (wna16). nr is a multiple of 8, kc of 32.
+BlockedKernel blocked_kernel_scalar();
+BlockedKernel blocked_kernel_avx2();
+BlockedKernel blocked_kernel_avx512();
+
 // y for rows [rows) of W and all m rows of x; xp holds x packed by pack_activation_rows.
 using StreamingRows = void (*)(const MatmulArgs& args, Range rows, const float* xp,
                                int64_t padded_k);

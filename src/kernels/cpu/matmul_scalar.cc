@@ -80,8 +80,8 @@ void gemv_scalar(const MatmulArgs& args) {
   run_streaming(args, kLanes, false, gemv_rows);
 }
 
-void gemm_scalar(const MatmulArgs& args) {
-  run_blocked(args, BlockedKernel{kMr, kNr, 256, 256, micro_kernel});
-}
+BlockedKernel blocked_kernel_scalar() { return BlockedKernel{kMr, kNr, 256, 256, micro_kernel}; }
+
+void gemm_scalar(const MatmulArgs& args) { run_blocked(args, blocked_kernel_scalar()); }
 
 }  // namespace lowbit::kernels::cpu::detail

@@ -7,9 +7,13 @@
 namespace lowbit::models {
 
 void Linear::apply(const float* x, int64_t rows, float* y) const {
-  const int64_t k = weight.dim(1);
+  const int64_t k = in_features();
   if (observer != nullptr) observer->observe(x, rows, k);
   const float* bias_data = bias.empty() ? nullptr : bias.data();
+  if (method) {
+    method->apply(x, rows, bias_data, y);
+    return;
+  }
   if (!input_quant) {
     kernels::matmul(x, rows, k, weight, bias_data, y);
     return;

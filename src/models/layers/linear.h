@@ -1,6 +1,7 @@
-// A linear layer y = x·Wᵀ (+ b) whose weight stays in its stored dtype (a zero-copy view of the
-// checkpoint, or an owned tensor after dequantization / calibration) and whose bias, if any, was
-// converted to fp32 once at load.
+// A linear layer y = x·Wᵀ (+ b). Either dense, its weight in its stored dtype (a zero-copy view of
+// the checkpoint, or an owned tensor after calibration), or run by a quantization method
+// (lowbit/quant_method.h) that owns the layer's quantized weights and picked its kernel. The bias,
+// if any, was converted to fp32 once at load.
 //
 // Two optional extras serve quantization: an input observer (the calibration pipeline's forward
 // hook: it sees every input batch, like a torch forward pre-hook) and an emulated dynamic input
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "lowbit/quant_method.h"
 #include "lowbit/tensor.h"
 #include "quant/scheme/quant_args.h"
 
@@ -27,14 +29,16 @@ class LinearInputObserver {
 };
 
 struct Linear {
-  Tensor weight;            // [out_features, in_features], F32 / F16 / BF16
+  Tensor weight;            // [out_features, in_features], F32 / F16 / BF16; empty with a method
   std::vector<float> bias;  // out_features values, or empty
+  std::shared_ptr<const quant::LinearMethod> method;  // quantized layers: runs apply()
+  int64_t method_in = 0, method_out = 0;               // their shape
   std::optional<quant::QuantArgs> input_quant;  // activation fake quantization
   float input_scale = 0.0f;                     // its scale when static (per tensor)
   LinearInputObserver* observer = nullptr;      // not owned; set only while calibrating
 
-  int64_t in_features() const { return weight.dim(1); }
-  int64_t out_features() const { return weight.dim(0); }
+  int64_t in_features() const { return method ? method_in : weight.dim(1); }
+  int64_t out_features() const { return method ? method_out : weight.dim(0); }
 
   // x: [rows, in_features] → y: [rows, out_features].
   void apply(const float* x, int64_t rows, float* y) const;

@@ -151,8 +151,8 @@ void load_written_weights(const OutputRequest& r) {
   }
 }
 
-QuantizationConfig output_quantization_config(const OutputRequest& r) {
-  QuantizationConfig c;
+CompressedTensorsConfig output_quantization_config(const OutputRequest& r) {
+  CompressedTensorsConfig c;
   c.config_groups = r.step->groups;
   // compressed-tensors records each group's (inferred) format, even when all groups share one.
   for (auto& [name, scheme] : c.config_groups) scheme.format = group_format(scheme);

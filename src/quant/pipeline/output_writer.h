@@ -33,7 +33,7 @@ std::vector<NamedTensor> compress_module(const OutputRequest& r, int index);
 void load_written_weights(const OutputRequest& r);
 
 // The quantization_config block this run writes.
-QuantizationConfig output_quantization_config(const OutputRequest& r);
+CompressedTensorsConfig output_quantization_config(const OutputRequest& r);
 
 void write_quantized_checkpoint(const OutputRequest& r, const std::string& dir);
 

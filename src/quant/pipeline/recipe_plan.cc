@@ -49,7 +49,7 @@ void check_default_mappings(const std::vector<Mapping>& mappings, std::set<std::
   }
 }
 
-QuantizeStep quantize_step(const QuantizationConfig& c, bool gptq) {
+QuantizeStep quantize_step(const CompressedTensorsConfig& c, bool gptq) {
   QuantizeStep s;
   s.gptq = gptq;
   s.groups = c.config_groups;

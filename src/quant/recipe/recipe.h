@@ -178,7 +178,7 @@ Recipe recipe_from_flags(const QuantizeFlags& flags);
 // llm-compressor, that actorder is set even where the strategy cannot use it (`group` on a channel
 // scheme, which QuantArgs::validate would refuse); GPTQ then quantizes those without reordering.
 // Throws InvalidArgument (prefixed by `where`) on conflicts llm-compressor also rejects.
-QuantizationConfig resolve_quantization_config(const QuantizationModifier& m, const std::string& where);
-QuantizationConfig resolve_quantization_config(const GptqModifier& m, const std::string& where);
+CompressedTensorsConfig resolve_quantization_config(const QuantizationModifier& m, const std::string& where);
+CompressedTensorsConfig resolve_quantization_config(const GptqModifier& m, const std::string& where);
 
 }  // namespace lowbit::quant

@@ -127,7 +127,7 @@ void apply_observer_overrides(const QuantizationFields& q, QuantScheme& s) {
   apply(s.output_activations, output, "minmax");
 }
 
-QuantizationConfig resolve_fields(const QuantizationFields& q, const std::string& where) {
+CompressedTensorsConfig resolve_fields(const QuantizationFields& q, const std::string& where) {
   if (!q.scheme.empty() && !q.scheme_map.empty())
     throw InvalidArgument(where + ": scheme: give one preset name or one {PRESET: targets} map");
   const bool has_scheme = !q.scheme.empty() || !q.scheme_map.empty();
@@ -136,7 +136,7 @@ QuantizationConfig resolve_fields(const QuantizationFields& q, const std::string
   if (individual && q.observer)
     throw InvalidArgument(where + ": observer: give either weight_observer / input_observer / output_observer "
                                   "or the observer mapping, not both");
-  QuantizationConfig c;
+  CompressedTensorsConfig c;
   c.quantization_status = "initialized";
   c.ignore = q.ignore;
   c.kv_cache_scheme = q.kv_cache_scheme;
@@ -159,12 +159,12 @@ QuantizationConfig resolve_fields(const QuantizationFields& q, const std::string
 
 }  // namespace
 
-QuantizationConfig resolve_quantization_config(const QuantizationModifier& m, const std::string& where) {
+CompressedTensorsConfig resolve_quantization_config(const QuantizationModifier& m, const std::string& where) {
   return resolve_fields(m.quant, where);
 }
 
-QuantizationConfig resolve_quantization_config(const GptqModifier& m, const std::string& where) {
-  QuantizationConfig c = resolve_fields(m.quant, where);
+CompressedTensorsConfig resolve_quantization_config(const GptqModifier& m, const std::string& where) {
+  CompressedTensorsConfig c = resolve_fields(m.quant, where);
   for (auto& [name, scheme] : c.config_groups) {
     if (!scheme.weights) continue;
     const Strategy st = scheme.weights->strategy;

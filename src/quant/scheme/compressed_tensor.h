@@ -48,6 +48,24 @@ struct TensorSource {
   std::string description;                        // file or directory, for messages
 };
 
+// A module's stored form, unpacked but not dequantized: what runtime kernels repack from.
+struct CompressedWeight {
+  int64_t rows = 0, cols = 0;
+  int64_t grid_rows = 1, grid_cols = 1;  // the scale grid (tensor 1x1, channel rows x 1, ...)
+  std::vector<float> codes;        // [rows, cols]: int codes (signed range), or fp8 / fp4 values
+  std::vector<float> scales;       // [grid_rows, grid_cols] (one value for tensor strategy)
+  DType scale_dtype = DType::F32;  // the dtype dequantization arithmetic runs in
+  std::vector<float> zero_points;  // like scales; empty when symmetric
+  std::vector<int32_t> g_idx;      // [cols], validated against grid_cols; empty: none
+  float global_scale = 0.0f;       // NVFP4 weight_global_scale, 0 when absent
+};
+
+// Reads and validates a module's tensors (any quantized format, incl. the pre-0.17 packing).
+// Throws InvalidArgument naming the tensor when one is missing or has the wrong dtype / shape.
+CompressedWeight read_compressed_weight(const TensorSource& source, const std::string& module,
+                                        const QuantArgs& args, CompressionFormat format,
+                                        int64_t rows, int64_t cols);
+
 // Reads a module's tensors back into the dequantized weight [rows, cols] (fp32 values rounded to
 // the scale dtype, which is what compressed-tensors' decompressor produces before the cast to the
 // model dtype). Accepts the pre-0.17 packing. Throws InvalidArgument naming the tensor when one is

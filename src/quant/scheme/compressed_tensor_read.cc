@@ -171,40 +171,57 @@ std::vector<float> read_codes(const Reader& rd, const QuantArgs& a, CompressionF
 
 }  // namespace
 
-std::vector<float> decompress_weight(const TensorSource& source, const std::string& module,
-                                     const QuantArgs& args, CompressionFormat format, int64_t rows,
-                                     int64_t cols) {
+CompressedWeight read_compressed_weight(const TensorSource& source, const std::string& module,
+                                        const QuantArgs& args, CompressionFormat format,
+                                        int64_t rows, int64_t cols) {
   const Reader rd{source, module};
-  if (format == CompressionFormat::Dense) {
-    Tensor t = rd.get("weight", {DType::BF16, DType::F16, DType::F32});
-    rd.check_shape(t, "weight", {rows, cols});
-    Tensor f = t.to_f32();
-    return std::vector<float>(f.data_as<float>(), f.data_as<float>() + f.numel());
-  }
-  LOWBIT_CHECK(format != CompressionFormat::MixedPrecision,
-               module + ": mixed-precision is a model-level format; pass the group's format");
+  LOWBIT_CHECK(format != CompressionFormat::Dense && format != CompressionFormat::MixedPrecision,
+               module + ": read_compressed_weight needs the group's quantized format");
   const Grid g = grid_of(args, rows, cols);
   Scales s;
   if (format == CompressionFormat::Nvfp4PackQuantized) s = read_nvfp4_scales(rd, g);
   else if (format == CompressionFormat::Mxfp4PackQuantized || format == CompressionFormat::Mxfp8Quantized)
     s = read_mx_scales(rd, g);
   else s = read_float_scales(rd, args, g);
-  const std::vector<float> codes = read_codes(rd, args, format, rows, cols);
-  const std::vector<float> zp =
-      read_zero_points(rd, args, g, format == CompressionFormat::PackQuantized);
-  const std::vector<int32_t> g_idx = read_g_idx(rd, cols);
-  std::vector<float> out(codes.size());
+  CompressedWeight w;
+  w.rows = rows;
+  w.cols = cols;
+  w.grid_rows = g.rows;
+  w.grid_cols = g.cols;
+  w.codes = read_codes(rd, args, format, rows, cols);
+  w.zero_points = read_zero_points(rd, args, g, format == CompressionFormat::PackQuantized);
+  w.g_idx = read_g_idx(rd, cols);
+  for (int32_t gc : w.g_idx) {
+    LOWBIT_CHECK(gc >= 0 && gc < g.cols, source.description + ": '" + rd.full("weight_g_idx") +
+                                             "' holds a group index out of range");
+  }
+  w.scales = std::move(s.values);
+  w.scale_dtype = s.dtype;
+  w.global_scale = s.global_scale;
+  return w;
+}
+
+std::vector<float> decompress_weight(const TensorSource& source, const std::string& module,
+                                     const QuantArgs& args, CompressionFormat format, int64_t rows,
+                                     int64_t cols) {
+  if (format == CompressionFormat::Dense) {
+    const Reader rd{source, module};
+    Tensor t = rd.get("weight", {DType::BF16, DType::F16, DType::F32});
+    rd.check_shape(t, "weight", {rows, cols});
+    Tensor f = t.to_f32();
+    return std::vector<float>(f.data_as<float>(), f.data_as<float>() + f.numel());
+  }
+  const CompressedWeight w = read_compressed_weight(source, module, args, format, rows, cols);
+  std::vector<float> out(w.codes.size());
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t gr = grid_row_of(args, i);
     for (int64_t j = 0; j < cols; ++j) {
-      const int64_t gc = g_idx.empty() ? group_of_column(args, j) : g_idx[static_cast<size_t>(j)];
-      LOWBIT_CHECK(gc >= 0 && gc < g.cols, source.description + ": '" + rd.full("weight_g_idx") +
-                                               "' holds a group index out of range");
-      const size_t k = static_cast<size_t>(gr * g.cols + gc);
-      const float scale = s.values[args.strategy == Strategy::Tensor ? 0 : k];
-      const float z = zp.empty() ? 0.0f : zp[args.strategy == Strategy::Tensor ? 0 : k];
+      const int64_t gc = w.g_idx.empty() ? group_of_column(args, j) : w.g_idx[static_cast<size_t>(j)];
+      const size_t k = static_cast<size_t>(gr * w.grid_cols + gc);
+      const float scale = w.scales[args.strategy == Strategy::Tensor ? 0 : k];
+      const float z = w.zero_points.empty() ? 0.0f : w.zero_points[args.strategy == Strategy::Tensor ? 0 : k];
       const size_t idx = static_cast<size_t>(i * cols + j);
-      out[idx] = dequantize_value(codes[idx], scale, z, args, s.dtype, s.global_scale);
+      out[idx] = dequantize_value(w.codes[idx], scale, z, args, w.scale_dtype, w.global_scale);
     }
   }
   return out;

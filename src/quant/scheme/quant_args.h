@@ -1,6 +1,6 @@
 // The compressed-tensors quantization schema as C++ values: QuantizationArgs (how one tensor is
 // quantized), QuantizationScheme (a config group: targets + weight / input / output args + format),
-// the named presets (W4A16, FP8_DYNAMIC, NVFP4, ...) and the model-level QuantizationConfig that
+// the named presets (W4A16, FP8_DYNAMIC, NVFP4, ...) and the model-level CompressedTensorsConfig that
 // config.json's `quantization_config` holds. JSON in and out follows compressed-tensors 0.19's
 // pydantic models (field names, defaults, inference and validation rules), so a config written here
 // parses in compressed-tensors and vLLM, and one written there parses here.
@@ -97,7 +97,7 @@ nlohmann::ordered_json quant_scheme_to_json(const QuantScheme& s);
 inline constexpr const char* kCompressedTensorsVersion = "0.19.0";
 
 // config.json's `quantization_config` for quant_method "compressed-tensors".
-struct QuantizationConfig {
+struct CompressedTensorsConfig {
   std::vector<std::pair<std::string, QuantScheme>> config_groups;  // in file order
   std::vector<std::string> ignore;
   std::optional<QuantArgs> kv_cache_scheme;
@@ -107,13 +107,13 @@ struct QuantizationConfig {
   // `transform_config` (QuIP / SpinQuant online rotations), kept verbatim; {} when none.
   nlohmann::ordered_json transform_config = nlohmann::ordered_json::object();
 
-  bool operator==(const QuantizationConfig&) const = default;
+  bool operator==(const CompressedTensorsConfig&) const = default;
 };
 
 // Accepts the full form and the `{PRESET: [targets]}` shorthand; `compression_config` as the
 // key of older checkpoints is the caller's business (config.json level).
-QuantizationConfig parse_quantization_config(const nlohmann::json& j, const std::string& where);
+CompressedTensorsConfig parse_quantization_config(const nlohmann::json& j, const std::string& where);
 // The block written into config.json: keys sorted as compressed-tensors writes them.
-nlohmann::ordered_json quantization_config_to_json(const QuantizationConfig& c);
+nlohmann::ordered_json quantization_config_to_json(const CompressedTensorsConfig& c);
 
 }  // namespace lowbit::quant

@@ -14,7 +14,7 @@ const std::set<std::string> kStatuses = {"initialized", "calibration", "frozen",
                                          "decompressed"};
 
 // compressed-tensors' _flatten_formats over the groups' (given or inferred) formats.
-CompressionFormat model_format(const QuantizationConfig& c) {
+CompressionFormat model_format(const CompressedTensorsConfig& c) {
   std::set<CompressionFormat> formats;
   for (const auto& [name, scheme] : c.config_groups) {
     const CompressionFormat f = scheme.format.value_or(infer_format(scheme));
@@ -24,7 +24,7 @@ CompressionFormat model_format(const QuantizationConfig& c) {
   return formats.size() == 1 ? *formats.begin() : CompressionFormat::MixedPrecision;
 }
 
-void parse_groups(const nlohmann::json& v, QuantizationConfig* c, const std::string& where) {
+void parse_groups(const nlohmann::json& v, CompressedTensorsConfig* c, const std::string& where) {
   LOWBIT_CHECK(v.is_object(), where + ": expected an object of config groups, got " + v.dump());
   for (auto it = v.begin(); it != v.end(); ++it) {
     const std::string at = where + "." + it.key();
@@ -43,9 +43,9 @@ void parse_groups(const nlohmann::json& v, QuantizationConfig* c, const std::str
 
 }  // namespace
 
-QuantizationConfig parse_quantization_config(const nlohmann::json& j, const std::string& where) {
+CompressedTensorsConfig parse_quantization_config(const nlohmann::json& j, const std::string& where) {
   LOWBIT_CHECK(j.is_object(), where + ": quantization_config must be an object");
-  QuantizationConfig c;
+  CompressedTensorsConfig c;
   LOWBIT_CHECK(j.contains("config_groups"), where + ".config_groups: field required");
   parse_groups(j.at("config_groups"), &c, where + ".config_groups");
   // compressed-tensors' default status is "initialized" when the key is absent.
@@ -84,7 +84,7 @@ QuantizationConfig parse_quantization_config(const nlohmann::json& j, const std:
   return c;
 }
 
-nlohmann::ordered_json quantization_config_to_json(const QuantizationConfig& c) {
+nlohmann::ordered_json quantization_config_to_json(const CompressedTensorsConfig& c) {
   // ModelCompressor.update_config writes json.dump(..., sort_keys=True): every level sorted.
   // nlohmann::json keeps its keys in a std::map, i.e. sorted bytewise (= code point order).
   nlohmann::json groups = nlohmann::json::object();

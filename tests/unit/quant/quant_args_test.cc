@@ -138,11 +138,11 @@ TEST(QuantScheme, Validation) {
 
 // config.json blocks written by llm-compressor 0.14 / compressed-tensors 0.19 (oneshot): lowbit
 // parses them and writes them back identically (json.dump(..., sort_keys=True) layout).
-TEST(QuantizationConfig, RealConfigsRoundTripByteForByte) {
+TEST(CompressedTensorsConfig, RealConfigsRoundTripByteForByte) {
   const auto configs = load_json("ct_configs.json");
   ASSERT_EQ(configs.size(), 5u);
   for (auto it = configs.begin(); it != configs.end(); ++it) {
-    const QuantizationConfig c = parse_quantization_config(plain(it.value()), it.key());
+    const CompressedTensorsConfig c = parse_quantization_config(plain(it.value()), it.key());
     EXPECT_EQ(quantization_config_to_json(c).dump(2), it.value().dump(2)) << it.key();
     EXPECT_EQ(c.version, "0.19.0");
     EXPECT_EQ(c.ignore, std::vector<std::string>{"lm_head"});
@@ -153,10 +153,10 @@ TEST(QuantizationConfig, RealConfigsRoundTripByteForByte) {
   EXPECT_EQ(mixed.config_groups[1].second.format, CompressionFormat::PackQuantized);
 }
 
-TEST(QuantizationConfig, PresetShorthandAndDefaults) {
+TEST(CompressedTensorsConfig, PresetShorthandAndDefaults) {
   const auto j = nlohmann::json::parse(
       R"({"config_groups": {"w4a16": ["Linear"]}, "ignore": null, "unknown_key": 1})");
-  const QuantizationConfig c = parse_quantization_config(j, "cfg");
+  const CompressedTensorsConfig c = parse_quantization_config(j, "cfg");
   ASSERT_EQ(c.config_groups.size(), 1u);
   EXPECT_EQ(c.config_groups[0].second, preset_scheme("W4A16", {"Linear"}));
   EXPECT_EQ(c.format, CompressionFormat::PackQuantized);  // no format: inferred from the groups
@@ -174,8 +174,8 @@ TEST(QuantizationConfig, PresetShorthandAndDefaults) {
                InvalidArgument);
 }
 
-TEST(QuantizationConfig, WriterSortsKeysAndFillsConstants) {
-  QuantizationConfig c;
+TEST(CompressedTensorsConfig, WriterSortsKeysAndFillsConstants) {
+  CompressedTensorsConfig c;
   c.config_groups = {{"group_1", preset_scheme("FP8", {"Linear"})},
                      {"group_0", preset_scheme("W8A8", {"re:.*mlp.*"})}};
   c.kv_cache_scheme = parse_quant_args(nlohmann::json::parse(R"({"num_bits": 8, "type": "float"})"), "kv");
@@ -191,7 +191,7 @@ TEST(QuantizationConfig, WriterSortsKeysAndFillsConstants) {
   EXPECT_EQ(j["config_groups"].begin().key(), "group_0");
   EXPECT_EQ(j["kv_cache_scheme"].begin().key(), "actorder");
   EXPECT_EQ(j["quant_method"], "compressed-tensors");
-  const QuantizationConfig back = parse_quantization_config(plain(j), "again");
+  const CompressedTensorsConfig back = parse_quantization_config(plain(j), "again");
   EXPECT_EQ(back.kv_cache_scheme, c.kv_cache_scheme);
   EXPECT_EQ(back.config_groups.size(), 2u);
 }

@@ -118,7 +118,9 @@ TEST(OneshotTest, WrittenCheckpointReproducesTheReportedPerplexity) {
     // GPTQ for the weights; FP8's static input scales are calibrated too.
     OneshotOptions o = options_for({{step_for(preset, true)}}, "reload-" + preset, 16, 256);
     const OneshotReport r = run_oneshot(o);
-    auto model = models::Model::load(o.output_dir);
+    models::LoadOptions dequant;  // the reference path (the kernels: tests/unit/quant_methods)
+    dequant.linear_backend = "dequant";
+    auto model = models::Model::load(o.output_dir, dequant);
     std::ifstream in(kHeldout, std::ios::binary);
     const std::string text((std::istreambuf_iterator<char>(in)), {});
     eval::PerplexityOptions po;

@@ -166,7 +166,7 @@ QuantScheme resolved_scheme(json scheme, const std::string& name) {
 }
 
 // The config groups llm-compressor resolved (presets expanded, observers and actorder filled in).
-void expect_resolved(const QuantizationConfig& c, const json& r) {
+void expect_resolved(const CompressedTensorsConfig& c, const json& r) {
   ASSERT_EQ(c.config_groups.size(), r["config_groups"].size());
   size_t i = 0;
   for (const auto& [name, scheme] : r["config_groups"].items()) {

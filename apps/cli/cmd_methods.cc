@@ -1,0 +1,132 @@
+// lowbit methods: every registered quantization method (plugins included), what it declares, and
+// where it runs: a support matrix over GPU generations and CPUs derived from the kernels each
+// method declares, plus this machine.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "lowbit/quant_method.h"
+#include "options.h"
+
+namespace lowbit::cli {
+namespace {
+
+struct Column {
+  const char* name;
+  quant::Platform platform;
+};
+
+std::vector<Column> matrix_columns() {
+  auto gpu = [](int cc) {
+    quant::Platform p;
+    p.cuda_capability = cc;
+    return p;
+  };
+  quant::Platform amd;
+  amd.rocm = true;
+  quant::Platform x86;
+  x86.x86 = x86.avx2 = x86.avx512 = x86.avx512_vnni = x86.avx512_bf16 = true;
+  quant::Platform arm;
+  arm.arm = true;
+  return {{"Volta", gpu(70)},  {"Turing", gpu(75)},    {"Ampere", gpu(80)},
+          {"Ada", gpu(89)},    {"Hopper", gpu(90)},    {"Blackwell", gpu(100)},
+          {"AMD GPU", amd},    {"x86 CPU", x86},       {"Arm CPU", arm},
+          {"this machine", quant::Platform::current()}};
+}
+
+bool runs_on(const quant::MethodDescription& d, const quant::Platform& p) {
+  for (const quant::KernelSpec& k : d.kernels) {
+    if (k.runs_on(p)) return true;
+  }
+  return false;
+}
+
+std::string join_dtypes(const std::vector<DType>& dtypes) {
+  std::string s;
+  for (DType d : dtypes) s += (s.empty() ? "" : ",") + std::string(dtype_name(d));
+  return s;
+}
+
+std::string join_layers(const std::vector<quant::LayerKind>& kinds) {
+  std::string s;
+  for (quant::LayerKind k : kinds) s += (s.empty() ? "" : ", ") + std::string(quant::layer_kind_name(k));
+  return s;
+}
+
+nlohmann::json to_json(const quant::MethodDescription& d, const std::vector<Column>& columns) {
+  nlohmann::json j;
+  j["name"] = d.name;
+  j["summary"] = d.summary;
+  j["min_capability"] = d.min_capability;
+  j["act_dtypes"] = join_dtypes(d.act_dtypes);
+  j["layers"] = join_layers(d.layers);
+  j["online"] = d.online;
+  j["config_filenames"] = d.config_filenames;
+  for (const Column& c : columns) j["support"][c.name] = runs_on(d, c.platform);
+  for (const quant::KernelSpec& k : d.kernels) {
+    j["kernels"].push_back({{"name", k.name},
+                            {"implements", k.implements},
+                            {"runs_here", k.runs_on(quant::Platform::current())},
+                            {"missing_here", k.missing_on(quant::Platform::current())}});
+  }
+  return j;
+}
+
+int run_methods(const std::vector<std::string>& plugins, bool json) {
+  load_cli_plugins(plugins);
+  const std::vector<Column> columns = matrix_columns();
+  std::vector<std::pair<std::string, quant::MethodDescription>> methods;
+  for (const std::string& name : quant::registered_quantizations()) {
+    methods.emplace_back(name, quant::describe_quantization(name));
+  }
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [name, d] : methods) {
+      nlohmann::json j = to_json(d, columns);
+      j["registered_as"] = name;
+      out.push_back(j);
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("This machine: %s\n\n", quant::Platform::current().describe().c_str());
+  std::printf("%-30s %7s", "method", "min cap");
+  for (const Column& c : columns) std::printf(" %-9.9s", c.name);
+  std::printf("\n");
+  for (const auto& [name, d] : methods) {
+    const std::string shown = name == d.name ? name : name + " (= " + d.name + ")";
+    std::printf("%-30s %7s", shown.c_str(),
+                d.min_capability < 0 ? "-" : std::to_string(d.min_capability).c_str());
+    for (const Column& c : columns) std::printf(" %-9s", runs_on(d, c.platform) ? "yes" : "-");
+    std::printf("\n");
+  }
+  std::printf("\n");
+  for (const auto& [name, d] : methods) {
+    if (name != d.name) continue;
+    std::printf("%s: %s\n  activations: %s; layers: %s%s\n", d.name.c_str(), d.summary.c_str(),
+                join_dtypes(d.act_dtypes).c_str(), join_layers(d.layers).c_str(),
+                d.online ? "; online quantization of unquantized checkpoints" : "");
+    for (const quant::KernelSpec& k : d.kernels) {
+      const std::string missing = k.missing_on(quant::Platform::current());
+      std::printf("  kernel %-8s %s%s\n", k.name.c_str(), k.implements.c_str(),
+                  missing.empty() ? "" : (" [not here: " + missing + "]").c_str());
+    }
+  }
+  std::printf("\nThe matrix is derived from the kernels each method declares; GPU kernels arrive "
+              "with the CUDA backend.\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_methods_command(CLI::App& app, CommandList& commands) {
+  CLI::App* sub = app.add_subcommand(
+      "methods", "List quantization methods (plugins included) and the hardware each runs on");
+  auto plugins = std::make_shared<std::vector<std::string>>();
+  auto json = std::make_shared<bool>(false);
+  add_plugin_option(sub, *plugins);
+  sub->add_flag("--json", *json, "Print JSON instead of tables");
+  commands.push_back({sub, [plugins, json] { return run_methods(*plugins, *json); }});
+}
+
+}  // namespace lowbit::cli

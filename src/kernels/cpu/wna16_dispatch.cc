@@ -1,0 +1,261 @@
+// The weight-only integer matmul's entry points: which kernel packs (once, from cpu_features()),
+// how x is brought into the packed column order, and which path and how many threads run.
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#include "core/float_convert.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/wna16_kernels.h"
+#include "kernels/wna16_matmul.h"
+#include "lowbit/error.h"
+
+namespace lowbit::kernels {
+
+namespace cpu {
+
+namespace {
+
+using detail::kWna16BlockCols;
+using detail::Wna16Layout;
+
+// Up to this many rows of x the streaming path runs: it decodes each weight in registers once per
+// pass of up to 4 rows of x, while the blocked path decodes a panel to fp32 once and reuses it for
+// all rows from cache, which pays off over many rows. Measured (bench/NOTES.md, "wna16"): the
+// AVX-512 streaming path stays at 90-95% of the dense kernel's FMA rate up to m = 64, the blocked
+// one overtakes it beyond.
+int64_t streaming_max_rows(Wna16Kernel kernel) {
+  switch (kernel) {
+    case Wna16Kernel::AVX512:
+    case Wna16Kernel::AVX512_BF16DOT: return 64;
+    case Wna16Kernel::AVX2: return 32;  // crossover measured at m = 32 (45 vs 44 GFLOP/cpu-s)
+    case Wna16Kernel::SCALAR: return 4;
+  }
+  return 4;
+}
+
+// The bf16-dot kernel's streaming path runs up to this many rows of x (at m = 8 it still ran 1.15x
+// the exact kernel in CPU time, bench/NOTES.md); beyond, where both are compute-bound and close,
+// the exact AVX-512 one runs and x is not rounded.
+constexpr int64_t kBf16DotMaxRows = 8;
+
+const detail::Wna16PackedCpu& cpu_packed(const Wna16Packed& w) {
+  const auto* packed = dynamic_cast<const detail::Wna16PackedCpu*>(&w);
+  if (packed == nullptr) {
+    throw InvalidArgument(std::string("matmul_wna16: weights packed for ") + w.kernel_name() +
+                          " were not made by pack_wna16");
+  }
+  return *packed;
+}
+
+// Source column of packed column c, or -1 for padding.
+int64_t source_column(const Wna16Layout& w, int64_t c) {
+  if (w.column_of != nullptr) return w.column_of[c];
+  return c < w.cols ? c : -1;
+}
+
+// x in packed column order, zero padded: [m, padded_cols]. The caller's x itself when the order is
+// the identity and nothing is padded.
+const float* packed_x(const Wna16Layout& w, const float* x, int64_t m) {
+  if (w.column_of == nullptr && w.padded_cols == w.cols) return x;
+  float* xp = detail::thread_scratch(2, static_cast<size_t>(m * w.padded_cols));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < w.padded_cols; ++c) {
+      const int64_t src = source_column(w, c);
+      xp[i * w.padded_cols + c] = src >= 0 ? x[i * w.cols + src] : 0.0f;
+    }
+  }
+  return xp;
+}
+
+// x rounded to bf16 (nearest even) for the bf16-dot kernel, [m, padded_cols] in packed column
+// order; with zero points also the fp32 sum of the rounded values over each group, [m, groups].
+void bf16_x(const Wna16Layout& w, const float* x, int64_t m, detail::Wna16Args& args) {
+  const int64_t kp = w.padded_cols;
+  const size_t floats = static_cast<size_t>((m * kp + 1) / 2 + (w.zeros ? m * w.groups : 0));
+  float* buffer = detail::thread_scratch(2, floats);
+  auto* xb = reinterpret_cast<uint16_t*>(buffer);
+  float* xsum = w.zeros ? buffer + (m * kp + 1) / 2 : nullptr;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t g = 0; g < w.groups; ++g) {
+      float sum = 0.0f;
+      for (int64_t c = w.group_blocks[g] * kWna16BlockCols; c < w.group_blocks[g + 1] * kWna16BlockCols; ++c) {
+        const int64_t src = source_column(w, c);
+        const uint16_t v = src >= 0 ? f32_to_bf16(x[i * w.cols + src]) : uint16_t{0};
+        xb[i * kp + c] = v;
+        sum += bf16_to_f32(v);
+      }
+      if (xsum) xsum[i * w.groups + g] = sum;
+    }
+  }
+  args.xb = xb;
+  args.xsum = xsum;
+}
+
+// Runs body(thread, count) on `threads` OpenMP threads, rethrowing the first exception here.
+template <typename Body>
+void parallel(int threads, Body body) {
+  if (threads <= 1) {
+    body(0, 1);
+    return;
+  }
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    try {
+      body(omp_get_thread_num(), omp_get_num_threads());
+    } catch (...) {
+#pragma omp critical(lowbit_wna16_error)
+      error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void run_streaming(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64_t m,
+                   const float* bias, float* y) {
+  detail::Wna16Args args;
+  args.w = &w;
+  args.m = m;
+  args.bias = bias;
+  args.y = y;
+  void (*rows_fn)(const detail::Wna16Args&, detail::Range) = detail::wna16_gemv_scalar;
+  if (kernel == Wna16Kernel::AVX512_BF16DOT && w.nibbles && m <= kBf16DotMaxRows) {
+    bf16_x(w, x, m, args);
+    rows_fn = detail::wna16_gemv_bf16dot_avx512;
+  } else {
+    args.x = packed_x(w, x, m);
+    if (kernel == Wna16Kernel::AVX512 || kernel == Wna16Kernel::AVX512_BF16DOT) {
+      rows_fn = detail::wna16_gemv_avx512;
+    } else if (kernel == Wna16Kernel::AVX2) {
+      rows_fn = detail::wna16_gemv_avx2;
+    }
+  }
+  const int threads = detail::matmul_thread_count(m, w.rows, w.padded_cols);
+  parallel(threads, [&](int t, int count) {
+    // Two tiles = 16 rows = one 64-byte line of y: threads never share a line they write.
+    rows_fn(args, detail::split_range(w.tiles, count, t, 2));
+  });
+}
+
+void run_blocked(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64_t m,
+                 const float* bias, float* y) {
+  detail::MatmulArgs args;
+  args.x = packed_x(w, x, m);
+  args.m = m;
+  args.k = w.padded_cols;
+  args.n = w.rows;
+  args.w = &w;
+  args.w_dtype = DType::U8;
+  args.bias = bias;
+  args.y = y;
+  detail::BlockedKernel blocked;
+  switch (kernel) {
+    case Wna16Kernel::AVX512:
+    case Wna16Kernel::AVX512_BF16DOT:
+      blocked = detail::blocked_kernel_avx512();
+      blocked.pack = detail::wna16_pack_panels_avx512;
+      break;
+    case Wna16Kernel::AVX2:
+      blocked = detail::blocked_kernel_avx2();
+      blocked.pack = detail::wna16_pack_panels_scalar;
+      break;
+    case Wna16Kernel::SCALAR:
+      blocked = detail::blocked_kernel_scalar();
+      blocked.pack = detail::wna16_pack_panels_scalar;
+      break;
+  }
+  detail::run_blocked(args, blocked);
+}
+
+}  // namespace
+
+const char* wna16_kernel_name(Wna16Kernel kernel) {
+  switch (kernel) {
+    case Wna16Kernel::SCALAR: return "wna16_scalar";
+    case Wna16Kernel::AVX2: return "wna16_avx2";
+    case Wna16Kernel::AVX512: return "wna16_avx512";
+    case Wna16Kernel::AVX512_BF16DOT: return "wna16_avx512_bf16dot";
+  }
+  return "unknown";
+}
+
+bool wna16_kernel_supported(Wna16Kernel kernel) {
+  const CpuFeatures& f = cpu_features();
+  switch (kernel) {
+    case Wna16Kernel::SCALAR: return true;
+    case Wna16Kernel::AVX2: return f.has_avx2_kernels();
+    case Wna16Kernel::AVX512: return f.has_avx512_kernels();
+    case Wna16Kernel::AVX512_BF16DOT: return f.has_avx512_kernels() && f.avx512bf16;
+  }
+  return false;
+}
+
+// The bf16-dot kernel first: 1.3-1.5x the exact AVX-512 kernel's decode speed on Zen 4
+// (bench/NOTES.md), at the cost of rounding x to bf16 on that path, as the "A16" in the name and
+// vLLM's kernels do.
+Wna16Kernel wna16_best_kernel() {
+  static const Wna16Kernel best = [] {
+    for (Wna16Kernel k : {Wna16Kernel::AVX512_BF16DOT, Wna16Kernel::AVX512, Wna16Kernel::AVX2}) {
+      if (wna16_kernel_supported(k)) return k;
+    }
+    return Wna16Kernel::SCALAR;
+  }();
+  return best;
+}
+
+std::vector<Wna16Kernel> wna16_supported_kernels() {
+  std::vector<Wna16Kernel> out;
+  for (Wna16Kernel k : {Wna16Kernel::SCALAR, Wna16Kernel::AVX2, Wna16Kernel::AVX512,
+                        Wna16Kernel::AVX512_BF16DOT}) {
+    if (wna16_kernel_supported(k)) out.push_back(k);
+  }
+  return out;
+}
+
+std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const IntWeights& weights) {
+  if (!wna16_kernel_supported(kernel)) {
+    throw Unsupported(std::string("pack_wna16: this CPU cannot run the ") +
+                      wna16_kernel_name(kernel) +
+                      " kernel (features: " + cpu_features_string(cpu_features()) + ")");
+  }
+  return std::make_shared<detail::Wna16PackedCpu>(kernel, weights);
+}
+
+void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Packed& packed,
+                       const float* bias, float* y) {
+  const detail::Wna16PackedCpu& p = cpu_packed(packed);
+  const Wna16Layout& w = p.layout();
+  LOWBIT_CHECK(m >= 0, "matmul_wna16: m = " + std::to_string(m) + " is negative");
+  if (m == 0 || w.rows == 0) return;
+  LOWBIT_CHECK(y != nullptr && (x != nullptr || w.cols == 0),
+               "matmul_wna16: null x or y for weights " + std::to_string(w.rows) + "x" +
+                   std::to_string(w.cols));
+  if (w.cols == 0) {  // an empty sum: only the bias remains
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < w.rows; ++j) y[i * w.rows + j] = bias ? bias[j] : 0.0f;
+    }
+    return;
+  }
+  const bool streaming = path == MatmulPath::STREAMING ||
+                         (path == MatmulPath::AUTO && m <= streaming_max_rows(p.kernel()));
+  if (streaming) {
+    run_streaming(p.kernel(), w, x, m, bias, y);
+  } else {
+    run_blocked(p.kernel(), w, x, m, bias, y);
+  }
+}
+
+}  // namespace cpu
+
+std::shared_ptr<const Wna16Packed> pack_wna16(const IntWeights& weights) {
+  return cpu::pack_wna16_with(cpu::wna16_best_kernel(), weights);
+}
+
+void matmul_wna16(const float* x, int64_t m, const Wna16Packed& w, const float* bias, float* y) {
+  cpu::matmul_wna16_with(cpu::MatmulPath::AUTO, x, m, w, bias, y);
+}
+
+}  // namespace lowbit::kernels

@@ -1,0 +1,67 @@
+// The runtime half every quantized Linear shares, whatever its checkpoint format: the weights in a
+// canonical form (kernels/quant_weights.h), the kernel chosen for them, and apply(). Format files
+// (compressed_tensors.cc, gptq.cc, awq.cc, fp8.cc, online.cc) only declare and decode tensors, then
+// call one of the finish_* functions here from process_weights_after_loading.
+//
+// Kernel chains (first that can run, unless LayerInfo::backend forces one):
+//   int weights, fp32 activations   → "wna16"  → "dequant"
+//   int weights, int8 activations   → "w8a8"   → "dequant"
+//   fp8 weights (activations fake-quantized when the scheme quantizes them) → "fp8" → "dequant"
+//   anything else (fp4, mx, ...)    → "dequant"
+// "dequant" is the reference: the weight dequantized to the model dtype once at load, the dense
+// matmul, activations fake-quantized in fp32 exactly as the quantizer's evaluation does.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/quant_weights.h"
+#include "lowbit/quant_method.h"
+#include "quant/scheme/quant_args.h"
+
+namespace lowbit::quant {
+
+// How the layer's input is quantized before the product (none for weight-only schemes).
+struct InputQuant {
+  QuantArgs args;           // type, bits, strategy (token / tensor / group), symmetric
+  float static_scale = 0;   // static (per-tensor) schemes: input_scale
+  float static_zero = 0;    // static asymmetric schemes: input_zero_point
+};
+
+// The kernel families, for KernelSpec lists in method descriptions.
+std::vector<KernelSpec> int_weight_kernels();    // wna16, w8a8, dequant
+std::vector<KernelSpec> fp8_weight_kernels();    // fp8, dequant
+std::vector<KernelSpec> dequant_kernels();       // dequant
+
+// A LinearMethod whose process_weights_after_loading ends in one of these.
+class KernelLinear : public LinearMethod {
+ public:
+  KernelLinear();
+  ~KernelLinear() override;
+
+  void apply(const float* x, int64_t rows, const float* bias, float* y) const override;
+  std::string kernel_name() const override;
+  Tensor dequantized_weight() const override;
+  size_t weight_bytes() const override;
+
+ protected:
+  void finish_int(const LayerParams& layer, kernels::IntWeights weights,
+                  std::optional<InputQuant> input);
+  void finish_fp8(const LayerParams& layer, kernels::Fp8Weights weights,
+                  std::optional<InputQuant> input);
+  // values: the dequantized weight [out, in] fp32 (rounded as the format's decompressor does).
+  void finish_dequant(const LayerParams& layer, const std::vector<float>& values,
+                      std::optional<InputQuant> input);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Fake-quantizes x [rows, cols] into out as the scheme's activation quantization does (fp32).
+void fake_quantize_input(const float* x, int64_t rows, int64_t cols, const InputQuant& input,
+                         float* out);
+
+}  // namespace lowbit::quant

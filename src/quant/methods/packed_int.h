@@ -1,0 +1,20 @@
+// Unpacking the int32 words AutoGPTQ / GPTQModel and AutoAWQ store their codes in. Both put
+// 32/bits codes per word, the first code in the lowest bits; GPTQ packs along the input dimension
+// (qweight [in / per_word, out]) and along the output dimension for zeros, AWQ packs along the
+// output dimension in the interleaved order of its GEMM kernel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace lowbit::quant {
+
+// words: [rows / per_word, cols] → codes [rows, cols] (packed along rows).
+std::vector<uint8_t> unpack_along_rows(const int32_t* words, int64_t rows, int64_t cols, int bits);
+// words: [rows, cols / per_word] → codes [rows, cols] (packed along columns). `order` maps the
+// position of a code in its word to its column within the word's span (AWQ: {0,2,4,6,1,3,5,7});
+// empty means sequential.
+std::vector<uint8_t> unpack_along_cols(const int32_t* words, int64_t rows, int64_t cols, int bits,
+                                       const std::vector<int>& order = {});
+
+}  // namespace lowbit::quant

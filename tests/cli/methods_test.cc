@@ -1,0 +1,191 @@
+// Quantization methods as a user meets them: `lowbit methods`, plugins, online quantization, the
+// errors for checkpoints a method cannot load.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cli_runner.h"
+#include "formats/safetensors.h"
+
+namespace lowbit::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kModel = repo_path("models/ref-llama-19m");
+const fs::path kPlugin = LOWBIT_EXAMPLE_PLUGIN;
+
+// 4 windows x 511 scored tokens: online int8 / fp8 weights move perplexity by 0.1-0.5% here,
+// the 1% bound is about bugs (a wrong scale costs tens of percent), not about noise.
+double perplexity_of(const std::string& arguments) {
+  const CliResult r = run_lowbit("ppl " + arguments + " --text " +
+                                 quoted(fs::path(repo_path("data/text/heldout.txt"))) +
+                                 " --max-windows 4 --json -t 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const size_t brace = r.output.rfind('{');
+  return nlohmann::json::parse(r.output.substr(brace)).at("perplexity").get<double>();
+}
+
+// One small W4A16 checkpoint for the tests that need a quantized model (RTN: seconds).
+const fs::path& w4a16_checkpoint() {
+  static const fs::path dir = [] {
+    fs::path out = fs::path(LOWBIT_BINARY_DIR) / "cli-scratch" / "methods-w4a16";
+    fs::remove_all(out);
+    const CliResult r = run_lowbit("quantize " + quoted(kModel) + " -o " + quoted(out) +
+                                   " --scheme W4A16 --algo rtn --no-progress -t 2");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return out;
+  }();
+  return dir;
+}
+
+TEST(MethodsCommand, ListsEveryBuiltInWithItsMatrix) {
+  const CliResult r = run_lowbit("methods --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json methods = nlohmann::json::parse(r.output);
+  std::set<std::string> names;
+  for (const auto& m : methods) {
+    names.insert(m.at("registered_as").get<std::string>());
+    // Every method has a portable CPU kernel today; none has a CUDA kernel yet, and the matrix
+    // says so instead of claiming GPU support.
+    EXPECT_TRUE(m.at("support").at("x86 CPU").get<bool>()) << m.dump();
+    EXPECT_TRUE(m.at("support").at("this machine").get<bool>()) << m.dump();
+    EXPECT_FALSE(m.at("support").at("Hopper").get<bool>()) << m.dump();
+    EXPECT_FALSE(m.at("kernels").empty());
+  }
+  for (const char* expected : {"compressed-tensors", "fp8", "fp8_per_tensor", "fp8_per_channel",
+                               "fp8_per_block", "int8_per_channel_weight_only", "gptq",
+                               "auto_gptq", "gptq_marlin", "awq", "auto_awq", "awq_marlin"}) {
+    EXPECT_EQ(names.count(expected), 1u) << expected;
+  }
+  EXPECT_EQ(names.count("my_quant"), 0u);
+  const CliResult table = run_lowbit("methods");
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.output.find("This machine: "), std::string::npos);
+  EXPECT_NE(table.output.find("kernel wna16"), std::string::npos) << table.output;
+}
+
+TEST(Plugin, RegistersRunsAndCanOverrideABuiltIn) {
+  ASSERT_TRUE(fs::exists(kPlugin)) << kPlugin;
+  const CliResult listed = run_lowbit("methods --json --plugin " + quoted(kPlugin));
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("\"my_quant\""), std::string::npos);
+
+  const CliResult gen = run_lowbit("-v generate " + quoted(kModel) +
+                                   " --quantization my_quant --plugin " + quoted(kPlugin) +
+                                   " --prompt 'Once upon a time' --max-tokens 8 -t 2");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  EXPECT_NE(gen.output.find("Selected my_quant_naive for model.layers.0.self_attn.q_proj"),
+            std::string::npos)
+      << gen.output;
+
+  // int8 per-channel weights cost little quality: within 1% of bf16 perplexity.
+  const double bf16 = perplexity_of(quoted(kModel));
+  const CliResult env = run_lowbit("ppl " + quoted(kModel) + " --quantization my_quant --text " +
+                                   quoted(fs::path(repo_path("data/text/heldout.txt"))) + " --max-windows 1");
+  EXPECT_EQ(env.exit_code, 2) << "without the plugin my_quant is unknown: " << env.output;
+  setenv("LOWBIT_PLUGINS", kPlugin.string().c_str(), 1);
+  const double plugin = perplexity_of(quoted(kModel) + " --quantization my_quant");
+  EXPECT_LT(std::abs(plugin / bf16 - 1.0), 0.01) << plugin << " vs " << bf16;
+
+  // The override: registered under "fp8" too, it replaces the built-in (said at debug level).
+  setenv("MY_QUANT_OVERRIDE", "fp8", 1);
+  const CliResult over = run_lowbit("-v logits " + quoted(kModel) +
+                                    " --quantization fp8 --prompt-ids 1,2,3 -o " +
+                                    quoted(fs::path(LOWBIT_BINARY_DIR) / "cli-scratch" / "o.st"));
+  unsetenv("MY_QUANT_OVERRIDE");
+  unsetenv("LOWBIT_PLUGINS");
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("quantization method 'fp8' already exists and will be overwritten"),
+            std::string::npos)
+      << over.output;
+  EXPECT_NE(over.output.find("Selected my_quant_naive"), std::string::npos) << over.output;
+}
+
+TEST(OnlineQuantization, Fp8StaysWithinOnePercentOfBf16) {
+  const double bf16 = perplexity_of(quoted(kModel));
+  for (const char* method : {"fp8", "fp8_per_channel", "fp8_per_block"}) {
+    const double fp8 = perplexity_of(quoted(kModel) + " --quantization " + method);
+    EXPECT_LT(std::abs(fp8 / bf16 - 1.0), 0.01) << method << ": " << fp8 << " vs " << bf16;
+    EXPECT_NE(fp8, bf16) << method << " changed nothing";
+  }
+}
+
+TEST(OnlineQuantization, RefusesLayersTheCheckpointAlreadyQuantized) {
+  const CliResult r = run_lowbit("generate " + quoted(w4a16_checkpoint()) +
+                                 " --quantization fp8 --prompt-ids 1,2 --max-tokens 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.layers.0.self_attn.q_proj is already quantized by the "
+                          "checkpoint (compressed-tensors)"),
+            std::string::npos)
+      << r.output;
+  const CliResult forced = run_lowbit("generate " + quoted(w4a16_checkpoint()) +
+                                      " --linear-backend w8a8 --prompt-ids 1,2 --max-tokens 1");
+  EXPECT_EQ(forced.exit_code, 2) << forced.output;
+  EXPECT_NE(forced.output.find("--linear-backend w8a8 does not implement"), std::string::npos)
+      << forced.output;
+}
+
+// A damaged copy of the W4A16 checkpoint: `edit` changes its tensors.
+fs::path damaged(const std::string& tag,
+                 const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+  const fs::path dir = fs::path(LOWBIT_BINARY_DIR) / "cli-scratch" / ("methods-" + tag);
+  fs::remove_all(dir);
+  fs::copy(w4a16_checkpoint(), dir, fs::copy_options::recursive);
+  // Tensors keep their file mapped, so the files can be removed before the new one is written.
+  std::map<std::string, Tensor> tensors;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    auto file = formats::SafetensorsFile::open(entry.path().string());
+    for (const std::string& name : file->names()) tensors[name] = file->get(name);
+    fs::remove(entry.path());
+  }
+  fs::remove(dir / "model.safetensors.index.json");
+  edit(tensors);
+  formats::write_safetensors((dir / "model.safetensors").string(), tensors);
+  return dir;
+}
+
+TEST(BadCheckpoints, ErrorsNameTheTensorAndTheLayer) {
+  const std::string packed = "model.layers.1.mlp.down_proj.weight_packed";
+  const std::string scale = "model.layers.1.mlp.down_proj.weight_scale";
+  struct Bad {
+    std::string tag;
+    std::function<void(std::map<std::string, Tensor>&)> edit;
+    std::string expected;
+  };
+  const std::vector<Bad> cases = {
+      {"missing", [&](auto& t) { t.erase(scale); }, "tensor '" + scale + "' is missing"},
+      {"shape",
+       [&](auto& t) { t[scale] = t[scale].slice_rows(0, 10); },
+       "tensor '" + scale + "' has shape [10, "},
+      {"dtype",
+       [&](auto& t) { t[packed] = t[packed].to_f32(); },
+       "tensor '" + packed + "' has dtype F32"},
+  };
+  for (const Bad& c : cases) {
+    const fs::path dir = damaged(c.tag, c.edit);
+    const CliResult r = run_lowbit("generate " + quoted(dir) + " --prompt-ids 1,2 --max-tokens 1");
+    EXPECT_EQ(r.exit_code, 2) << c.tag << ": " << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.tag << ": " << r.output;
+  }
+  // Config errors: unknown method, unparseable scheme.
+  const fs::path dir = damaged("config", [](auto&) {});
+  std::string config = read_file(dir / "config.json");
+  write_file(dir / "config.json", std::regex_replace(config, std::regex("\"compressed-tensors\""),
+                                                     "\"bitnet\""));
+  CliResult r = run_lowbit("generate " + quoted(dir) + " --prompt-ids 1,2 --max-tokens 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("quant_method 'bitnet' is not a known quantization method"),
+            std::string::npos)
+      << r.output;
+  write_file(dir / "config.json",
+             std::regex_replace(config, std::regex("\"num_bits\": 4"), "\"num_bits\": \"four\""));
+  r = run_lowbit("generate " + quoted(dir) + " --prompt-ids 1,2 --max-tokens 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("num_bits"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace lowbit::testing

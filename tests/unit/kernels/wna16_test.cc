@@ -1,0 +1,283 @@
+// Every weight-only integer matmul kernel this CPU can run (each kernel, each path) against the
+// naive ref::matmul_wna16 over awkward shapes, 2..8 bits, group sizes 32/64/128 and per-channel,
+// symmetric and with zero points, with and without g_idx (GPTQ desc_act) and bias.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/float_convert.h"
+#include "kernels/wna16_matmul.h"
+#include "lowbit/error.h"
+
+namespace lowbit::kernels {
+namespace {
+
+using cpu::MatmulPath;
+using cpu::Wna16Kernel;
+
+struct Rng {  // splitmix64
+  uint64_t state;
+  explicit Rng(uint64_t seed) : state(seed) {}
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+  float signed_value() {  // magnitude in [0.1, 1), random sign
+    float v = 0.1f + 0.9f * uniform();
+    return (next() & 1) ? -v : v;
+  }
+};
+
+struct Shape {
+  int bits;
+  int64_t rows, cols, group_size;  // group_size 0: per channel
+  bool zeros, g_idx;
+};
+
+std::string describe(const Shape& s, int64_t m) {
+  return "bits=" + std::to_string(s.bits) + " n=" + std::to_string(s.rows) + " k=" +
+         std::to_string(s.cols) + " group=" + (s.group_size ? std::to_string(s.group_size) : "channel") +
+         (s.zeros ? " zeros" : " symmetric") + (s.g_idx ? " g_idx" : "") + " m=" + std::to_string(m);
+}
+
+IntWeights random_weights(const Shape& s, Rng& rng) {
+  IntWeights w;
+  w.bits = s.bits;
+  w.rows = s.rows;
+  w.cols = s.cols;
+  w.group_size = s.group_size ? s.group_size : s.cols;
+  const int levels = 1 << s.bits;
+  w.codes.resize(static_cast<size_t>(s.rows * s.cols));
+  for (uint8_t& c : w.codes) c = static_cast<uint8_t>(rng.next() % levels);
+  const int64_t groups = w.groups();
+  w.scales.resize(static_cast<size_t>(s.rows * groups));
+  // Scales spread over 2^-12 .. 2^0, as real ones vary between rows and groups.
+  for (float& v : w.scales) v = std::ldexp(0.5f + 0.5f * rng.uniform(), -static_cast<int>(rng.next() % 13));
+  if (s.zeros) {
+    w.zeros.resize(w.scales.size());
+    for (uint8_t& z : w.zeros) z = static_cast<uint8_t>(rng.next() % levels);
+  }
+  if (s.g_idx) {
+    // GPTQ with desc_act: columns are quantized in a permuted order (by Hessian diagonal) and the
+    // i-th quantized column belongs to group i / group_size.
+    std::vector<int32_t> order(static_cast<size_t>(s.cols));
+    for (size_t c = 0; c < order.size(); ++c) order[c] = static_cast<int32_t>(c);
+    for (size_t c = order.size(); c > 1; --c) std::swap(order[c - 1], order[rng.next() % c]);
+    w.g_idx.resize(order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      w.g_idx[static_cast<size_t>(order[i])] = static_cast<int32_t>(static_cast<int64_t>(i) / w.group_size);
+    }
+  }
+  return w;
+}
+
+// Tolerances. Any fp32 evaluation of a sum of n terms (any order, with or without FMA) is within
+// γ(n)·Σ|terms| of the exact value, γ(n) = n·u / (1 - n·u), u = 2^-24 (Higham, "Accuracy and
+// Stability", §3.1).
+//  - Exact kernels decode every weight to the same fp32 value as ref, (q - z)·s with the same two
+//    operations, so kernel and ref differ by summation order only: |Δ| ≤ 2·γ(k'+1)·(Σ|w·x| + |b|),
+//    k' = padded k (padding adds exact zeros; counted anyway).
+//  - bf16dot kernels compute Σ_g s·(Σ (q - z0)·bf16(x) - (z - z0)·Σ bf16(x)) (z0 = 2^(bits-1)):
+//    products exact, then group sums, one scale product per group, the zero-point fold and the
+//    final sums, at most k' + 2·groups + 8 roundings deep on terms bounded by
+//    M_fold = Σ s·(|q - z0| + |z - z0|)·|x|. Compared with ref run on bf16(x) (the same exact
+//    value): |Δ| ≤ 2·γ(k' + 2·groups + 9)·(M_fold + Σ|w·x| + |b|). Against ref on x itself,
+//    rounding x adds |bf16(x) - x| ≤ 2^-9·|x| per term, i.e. 2^-9·Σ|w·x| more.
+// A kernel that drops, repeats or misplaces one term of a k ≈ 300 sum is off by ~Σ|w·x|/300, far
+// above the ~4e-5·Σ|w·x| the exact bounds allow here.
+double gamma(double n) {
+  const double u = std::ldexp(1.0, -24);
+  return n * u / (1.0 - n * u);
+}
+
+struct Problem {
+  Shape shape;
+  int64_t m = 0;
+  IntWeights w;
+  std::vector<float> x, x_bf16, bias;
+  std::vector<float> y_ref, y_ref_bf16;  // ref on x, ref on bf16(x)
+  std::vector<double> magnitude, magnitude_fold;
+};
+
+Problem make_problem(const Shape& shape, int64_t m, bool with_bias, Rng& rng) {
+  Problem p;
+  p.shape = shape;
+  p.m = m;
+  p.w = random_weights(shape, rng);
+  p.x.resize(static_cast<size_t>(m * shape.cols));
+  for (float& v : p.x) v = rng.signed_value();
+  p.x_bf16 = p.x;
+  for (float& v : p.x_bf16) v = bf16_to_f32(f32_to_bf16(v));
+  if (with_bias) {
+    p.bias.resize(static_cast<size_t>(shape.rows));
+    for (float& v : p.bias) v = rng.signed_value();
+  }
+  const float* bias = with_bias ? p.bias.data() : nullptr;
+  p.y_ref.resize(static_cast<size_t>(m * shape.rows));
+  p.y_ref_bf16.resize(p.y_ref.size());
+  ref::matmul_wna16(p.x.data(), m, p.w, bias, p.y_ref.data());
+  ref::matmul_wna16(p.x_bf16.data(), m, p.w, bias, p.y_ref_bf16.data());
+  // Σ|w·x| and M_fold in double (exact enough to bound with).
+  const int64_t groups = p.w.groups();
+  const double z0 = static_cast<double>(1 << (shape.bits - 1));
+  p.magnitude.assign(p.y_ref.size(), 0.0);
+  p.magnitude_fold.assign(p.y_ref.size(), 0.0);
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    for (int64_t c = 0; c < shape.cols; ++c) {
+      const int64_t g = p.w.group_of(c);
+      const float q = static_cast<float>(p.w.codes[static_cast<size_t>(r * shape.cols + c)]);
+      const float s = p.w.scales[static_cast<size_t>(r * groups + g)];
+      const double weight = std::fabs((q - p.w.zero(r, g)) * s);
+      const double fold = s * (std::fabs(q - z0) + std::fabs(p.w.zero(r, g) - z0));
+      for (int64_t i = 0; i < m; ++i) {
+        const double ax = std::fabs(p.x[static_cast<size_t>(i * shape.cols + c)]);
+        p.magnitude[static_cast<size_t>(i * shape.rows + r)] += weight * ax;
+        p.magnitude_fold[static_cast<size_t>(i * shape.rows + r)] += fold * ax;
+      }
+    }
+  }
+  return p;
+}
+
+const char* path_name(MatmulPath path) {
+  return path == MatmulPath::AUTO ? "auto" : path == MatmulPath::STREAMING ? "streaming" : "blocked";
+}
+
+// Runs every supported kernel × path on `p`; returns the number of outputs out of tolerance.
+int check_all_kernels(const Problem& p) {
+  const Shape& s = p.shape;
+  const int64_t groups = p.w.groups();
+  const double padded_k = static_cast<double>(s.cols + 32 * groups);
+  const float* bias = p.bias.empty() ? nullptr : p.bias.data();
+  int failures = 0;
+  for (Wna16Kernel kernel : cpu::wna16_supported_kernels()) {
+    auto packed = cpu::pack_wna16_with(kernel, p.w);
+    EXPECT_EQ(packed->rows(), s.rows);
+    EXPECT_EQ(packed->cols(), s.cols);
+    // The bf16-dot kernel rounds x only on its streaming path of 2..4-bit weights, and only for
+    // the few rows of x where that path is the faster one (a dispatch detail this test does not
+    // pin): its results must meet one of the two bounds, each tight against its own reference.
+    const bool bf16_kernel = kernel == Wna16Kernel::AVX512_BF16DOT && s.bits <= 4;
+    for (MatmulPath path : {MatmulPath::AUTO, MatmulPath::STREAMING, MatmulPath::BLOCKED}) {
+      std::vector<float> y(p.y_ref.size(), std::nanf(""));
+      cpu::matmul_wna16_with(path, p.x.data(), p.m, *packed, bias, y.data());
+      const bool maybe_bf16 = bf16_kernel && path != MatmulPath::BLOCKED;
+      for (size_t o = 0; o < y.size(); ++o) {
+        const double b = bias ? std::fabs(bias[o % static_cast<size_t>(s.rows)]) : 0.0;
+        double tolerance = 2.0 * gamma(padded_k + 1) * (p.magnitude[o] + b);
+        double want = p.y_ref[o];
+        if (maybe_bf16 && !(std::fabs(y[o] - want) <= tolerance)) {
+          tolerance = 2.0 * gamma(padded_k + 2.0 * groups + 9) * (p.magnitude_fold[o] + p.magnitude[o] + b);
+          want = p.y_ref_bf16[o];
+          // The documented contract against fp32 x as well.
+          const double contract = tolerance + std::ldexp(1.0, -9) * p.magnitude[o];
+          if (!(std::fabs(y[o] - p.y_ref[o]) <= contract)) ++failures;
+        }
+        if (!(std::fabs(y[o] - want) <= tolerance + 1e-30)) {
+          if (++failures <= 5) {
+            ADD_FAILURE() << cpu::wna16_kernel_name(kernel) << "/" << path_name(path) << " "
+                          << describe(s, p.m) << (bias ? " bias" : "") << ": y[" << o / s.rows
+                          << "][" << o % s.rows << "] = " << y[o] << ", ref " << want
+                          << ", tolerance " << tolerance;
+          }
+        }
+      }
+    }
+  }
+  return failures;
+}
+
+TEST(Wna16Test, KernelsMatchReferenceOverAwkwardShapes) {
+  Rng rng(20261130);
+  // k not a multiple of 16/32 wherever the group size allows it (the last group is partial), odd n,
+  // and n below one tile of 8 rows.
+  struct Dims {
+    int64_t rows, cols, group_size;
+  };
+  const Dims dims[] = {{37, 296, 32}, {9, 200, 64}, {5, 328, 128}, {13, 100, 0}, {1, 77, 0}};
+  const int64_t ms[] = {1, 2, 3, 7, 16, 33, 128};
+  int failures = 0, problems = 0;
+  for (int bits : {2, 3, 4, 5, 8}) {
+    for (const Dims& d : dims) {
+      for (bool zeros : {false, true}) {
+        for (bool g_idx : {false, true}) {
+          if (g_idx && d.group_size == 0) continue;  // one group: g_idx changes nothing
+          for (int64_t m : ms) {
+            const Shape shape{bits, d.rows, d.cols, d.group_size, zeros, g_idx};
+            failures += check_all_kernels(make_problem(shape, m, (problems++ % 2) == 1, rng));
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << "over " << problems << " problems";
+}
+
+// Shapes that span several threads' shares, several k and n blocks of the blocked path, and row
+// tiles cut by the thread split.
+TEST(Wna16Test, KernelsMatchReferenceOnLargerShapes) {
+  Rng rng(7);
+  int failures = 0;
+  for (int bits : {4, 8}) {
+    for (int64_t m : {1, 4, 33}) {
+      failures += check_all_kernels(make_problem({bits, 300, 1100, 128, bits == 8, false}, m, true, rng));
+      failures += check_all_kernels(make_problem({bits, 131, 1024, 64, bits == 4, true}, m, false, rng));
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(Wna16Test, EmptyShapes) {
+  IntWeights w;
+  w.rows = 3;
+  w.cols = 0;
+  w.group_size = 128;
+  auto packed = pack_wna16(w);
+  const float bias[3] = {1.0f, -2.0f, 3.0f};
+  std::vector<float> y(6, std::nanf(""));
+  matmul_wna16(nullptr, 2, *packed, bias, y.data());
+  EXPECT_EQ(y, (std::vector<float>{1, -2, 3, 1, -2, 3}));
+  matmul_wna16(nullptr, 0, *packed, bias, nullptr);  // m = 0: nothing to do
+}
+
+TEST(Wna16Test, BestKernelIsSupportedAndNamed) {
+  auto kernels = cpu::wna16_supported_kernels();
+  ASSERT_FALSE(kernels.empty());
+  EXPECT_EQ(kernels.front(), Wna16Kernel::SCALAR);
+  EXPECT_TRUE(cpu::wna16_kernel_supported(cpu::wna16_best_kernel()));
+  Rng rng(1);
+  auto packed = pack_wna16(random_weights({4, 16, 64, 32, false, false}, rng));
+  EXPECT_STREQ(packed->kernel_name(), cpu::wna16_kernel_name(cpu::wna16_best_kernel()));
+  EXPECT_GE(packed->bytes(), size_t{16 * 64 / 2});
+}
+
+TEST(Wna16Test, PackRejectsInconsistentWeights) {
+  Rng rng(3);
+  const IntWeights good = random_weights({4, 8, 96, 32, true, true}, rng);
+  auto expect_invalid = [&](const char* what, auto mutate) {
+    IntWeights w = good;
+    mutate(w);
+    EXPECT_THROW(pack_wna16(w), InvalidArgument) << what;
+  };
+  expect_invalid("bits 1", [](IntWeights& w) { w.bits = 1; });
+  expect_invalid("bits 9", [](IntWeights& w) { w.bits = 9; });
+  expect_invalid("group 0", [](IntWeights& w) { w.group_size = 0; });
+  expect_invalid("codes short", [](IntWeights& w) { w.codes.pop_back(); });
+  expect_invalid("code 16", [](IntWeights& w) { w.codes[5] = 16; });
+  expect_invalid("scales short", [](IntWeights& w) { w.scales.pop_back(); });
+  expect_invalid("zeros short", [](IntWeights& w) { w.zeros.pop_back(); });
+  expect_invalid("zero 16", [](IntWeights& w) { w.zeros[2] = 16; });
+  expect_invalid("g_idx short", [](IntWeights& w) { w.g_idx.pop_back(); });
+  expect_invalid("g_idx 3", [](IntWeights& w) { w.g_idx[7] = 3; });
+  expect_invalid("g_idx -1", [](IntWeights& w) { w.g_idx[7] = -1; });
+  EXPECT_NO_THROW(pack_wna16(good));
+}
+
+}  // namespace
+}  // namespace lowbit::kernels
