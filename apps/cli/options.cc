@@ -106,6 +106,19 @@ void add_model_load_options(CLI::App* app, ModelLoadOptions& options) {
                   "What dequantized weights are held in: auto (the checkpoint's), float32, "
                   "bfloat16, float16")
       ->capture_default_str();
+  app->add_option("--kv-cache-dtype", options.kv_cache_dtype,
+                  "KV cache precision: auto, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2; scales come "
+                  "from the checkpoint (k_scale / v_scale) or are 1.0")
+      ->capture_default_str();
+  app->add_flag("--calculate-kv-scales", options.calculate_kv_scales,
+                "Take fp8 KV-cache scales from the first forward pass instead of the checkpoint");
+  app->add_option("--kv-cache-dtype-skip-layers", options.kv_cache_skip_layers,
+                  "Layers whose KV cache stays full precision: indices, or sliding_window")
+      ->delimiter(',');
+  app->add_option("--head-dtype", options.head_dtype,
+                  "LM head precision: auto or fp32 (CPU: always computed in fp32)")
+      ->check(CLI::IsMember({"auto", "fp32", "float32"}))
+      ->capture_default_str();
   add_plugin_option(app, options.plugins);
 }
 
@@ -120,6 +133,9 @@ models::LoadOptions prepare_model_load(const ModelLoadOptions& options) {
   load.quantization = options.quantization;
   load.linear_backend = options.linear_backend;
   load.dtype = options.dtype;
+  load.kv_cache.dtype = options.kv_cache_dtype;
+  load.kv_cache.calculate_scales = options.calculate_kv_scales;
+  load.kv_cache.skip_layers = options.kv_cache_skip_layers;
   return load;
 }
 

@@ -44,6 +44,10 @@ struct ModelLoadOptions {
   std::string quantization;
   std::string linear_backend;
   std::string dtype = "auto";
+  std::string kv_cache_dtype = "auto";
+  bool calculate_kv_scales = false;
+  std::vector<std::string> kv_cache_skip_layers;
+  std::string head_dtype = "auto";
   std::vector<std::string> plugins;
 };
 void add_model_load_options(CLI::App* app, ModelLoadOptions& options);

@@ -47,7 +47,8 @@ struct Chunk {
 
 // Runs all layers for one chunk; leaves the final-normed hidden states in ws.normed.
 void run_chunk(const DecoderWeights& w, const ModelConfig& c, const RopeFrequencies& freq,
-               const Chunk& chunk, KvCache& cache, Workspace& ws) {
+               const KvCacheQuantizer* kv_quant, const Chunk& chunk, KvCache& cache,
+               Workspace& ws) {
   const int64_t m = chunk.rows;
   const int64_t hidden = c.hidden_size;
   const int64_t half = static_cast<int64_t>(freq.inv_freq.size());
@@ -69,11 +70,13 @@ void run_chunk(const DecoderWeights& w, const ModelConfig& c, const RopeFrequenc
   step.rotary_dim = 2 * half;
   step.cos = ws.cos.data();
   step.sin = ws.sin.data();
+  step.kv_quant = kv_quant;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& layer = w.layers[l];
     const int index = static_cast<int>(l);
     kernels::rmsnorm(x, layer.input_norm.data(), eps, m, hidden, normed);
     step.window = layer.sliding_window;
+    step.layer = index;
     attention_forward(layer.attention, c, step, normed, cache.keys(index), cache.values(index),
                       ws.attention, branch);
     kernels::add_inplace(x, branch, m * hidden);
@@ -117,7 +120,8 @@ Tensor Model::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_
   float* out = logits.data_as<float>();
   for (int64_t begin = 0; begin < n; begin += kChunkTokens) {
     const int64_t rows = std::min(kChunkTokens, n - begin);
-    run_chunk(weights_, config_, freq, Chunk{tokens.data() + begin, rows, past + begin}, cache, ws);
+    run_chunk(weights_, config_, freq, kv_quant_.get(), Chunk{tokens.data() + begin, rows, past + begin},
+              cache, ws);
     if (all_logits) {
       weights_.lm_head.apply(ws.normed.data(), rows, out + begin * vocab);
     } else if (begin + rows == n) {

@@ -2,6 +2,7 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <set>
 
 #include "core/log.h"
 #include "lowbit/error.h"
@@ -86,6 +87,13 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
       load_decoder_weights(*model->checkpoint_, model->config_, *model->spec_,
                            quantization.config.get(), options.linear_backend,
                            parse_dtype_option(options.dtype), &model->unused_tensors_);
+  std::set<std::string> kv_scale_tensors;
+  auto kv = std::make_unique<KvCacheQuantizer>(options.kv_cache, model->config_, *model->spec_,
+                                               *model->checkpoint_, kv_scale_tensors);
+  if (kv->active()) {
+    log_info("KV cache: " + kv->describe());
+    model->kv_quant_ = std::move(kv);
+  }
   model->rope_ = std::make_unique<RotaryEmbedding>(model->config_);
   model->directory_ = dir;
   log_debug("loaded " + model->config_.architecture + " from " + dir);

@@ -18,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "lowbit/tensor.h"
 #include "models/arch_registry.h"
+#include "models/kv_cache_quant.h"
 #include "models/layers/decoder_weights.h"
 #include "models/model_config.h"
 #include "models/rope.h"
@@ -66,6 +67,7 @@ struct LoadOptions {
   // --dtype: what quantized layers that dequantize (the dequant kernel) compute in; "auto" = the
   // checkpoint's float dtype (the embedding's). Activations are fp32 on the CPU either way.
   std::string dtype = "auto";
+  KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --kv-cache-dtype-skip-layers
 };
 
 class Model {
@@ -76,6 +78,8 @@ class Model {
 
   // "compressed-tensors (checkpoint)", "fp8 (online)", "none (unquantized)".
   const std::string& quantization() const { return quantization_; }
+  // The KV-cache quantizer, null for a full-precision cache.
+  const KvCacheQuantizer* kv_cache_quantizer() const { return kv_quant_.get(); }
 
   const ModelConfig& config() const { return config_; }
   const ArchSpec& spec() const { return *spec_; }
@@ -127,6 +131,7 @@ class Model {
   std::vector<std::string> unused_tensors_;
   std::string directory_;
   std::string quantization_;
+  std::unique_ptr<KvCacheQuantizer> kv_quant_;
 };
 
 }  // namespace lowbit::models

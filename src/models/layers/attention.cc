@@ -32,6 +32,8 @@ void attention_forward(const AttentionWeights& w, const ModelConfig& config,
   const int rotary = static_cast<int>(step.rotary_dim);
   kernels::rope_apply(q, m, q_width, heads, head_dim, rotary, step.cos, step.sin);
   kernels::rope_apply(k_rows, m, kv_width, kv_heads, head_dim, rotary, step.cos, step.sin);
+  // What an fp8 cache stores is what attention reads back, this step's rows included.
+  if (step.kv_quant != nullptr) step.kv_quant->quantize(step.layer, k_rows, v_rows, m);
 
   kernels::AttentionShape shape;
   shape.queries = m;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/layers/decoder_weights.h"
+#include "models/kv_cache_quant.h"
 #include "models/model_config.h"
 
 namespace lowbit::models {
@@ -22,6 +23,8 @@ struct AttentionStep {
   int64_t rotary_dim = 0;
   const float* cos = nullptr;  // [m, rotary_dim / 2]
   const float* sin = nullptr;
+  int64_t layer = 0;                           // index, for the KV-cache quantizer
+  const KvCacheQuantizer* kv_quant = nullptr;  // --kv-cache-dtype fp8; null: full precision
 };
 
 // x: the normed input [m, hidden]. Writes this step's keys and values into cache rows

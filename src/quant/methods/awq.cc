@@ -51,23 +51,12 @@ class AwqLinear : public KernelLinear {
     w.rows = n;
     w.cols = k;
     w.group_size = s_.group_size;
-    w.codes.resize(static_cast<size_t>(n * k));
-    for (int64_t r = 0; r < k; ++r) {
-      for (int64_t c = 0; c < n; ++c) w.codes[static_cast<size_t>(c * k + r)] = q[static_cast<size_t>(r * n + c)];
-    }
-    w.scales.resize(static_cast<size_t>(n * g));
-    for (int64_t gi = 0; gi < g; ++gi) {
-      for (int64_t c = 0; c < n; ++c) {
-        w.scales[static_cast<size_t>(c * g + gi)] = scales.data_as<const float>()[gi * n + c];
-      }
-    }
+    w.codes = transposed(q.data(), k, n);
+    w.scales = transposed(scales.data_as<const float>(), g, n);
     if (layer.has("qzeros")) {
       const std::vector<uint8_t> z =
           unpack_along_cols(layer.get("qzeros").data_as<const int32_t>(), g, n, 4, kAwqOrder);
-      w.zeros.resize(w.scales.size());
-      for (int64_t gi = 0; gi < g; ++gi) {
-        for (int64_t c = 0; c < n; ++c) w.zeros[static_cast<size_t>(c * g + gi)] = z[static_cast<size_t>(gi * n + c)];
-      }
+      w.zeros = transposed(z.data(), g, n);
     }
     finish_int(layer, std::move(w), std::nullopt);
   }

@@ -62,18 +62,14 @@ class GptqLinear : public KernelLinear {
     w.rows = n;
     w.cols = k;
     w.group_size = s_.group_size > 0 ? s_.group_size : k;
-    w.codes.resize(static_cast<size_t>(n * k));
-    for (int64_t r = 0; r < k; ++r) {
-      for (int64_t c = 0; c < n; ++c) w.codes[static_cast<size_t>(c * k + r)] = q[static_cast<size_t>(r * n + c)];
-    }
-    w.scales.resize(static_cast<size_t>(n * g));
+    w.codes = transposed(q.data(), k, n);
+    w.scales = transposed(scales.data_as<const float>(), g, n);
     w.zeros.resize(static_cast<size_t>(n * g));
     const int max_code = (1 << s_.bits) - 1;
     bool all_symmetric = true;
     for (int64_t gi = 0; gi < g; ++gi) {
       for (int64_t c = 0; c < n; ++c) {
         const size_t dst = static_cast<size_t>(c * g + gi);
-        w.scales[dst] = scales.data_as<const float>()[gi * n + c];
         const int zero = z[static_cast<size_t>(gi * n + c)] + (s_.v2 ? 0 : 1);
         if (zero > max_code) {
           throw InvalidArgument(layer.describe("qzeros") + " holds a zero point of " +

@@ -4,6 +4,7 @@
 // output dimension in the interleaved order of its GEMM kernel.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -16,5 +17,15 @@ std::vector<uint8_t> unpack_along_rows(const int32_t* words, int64_t rows, int64
 // empty means sequential.
 std::vector<uint8_t> unpack_along_cols(const int32_t* words, int64_t rows, int64_t cols, int bits,
                                        const std::vector<int>& order = {});
+
+// [rows, cols] row-major → [cols, rows]: GPTQ and AWQ store [in, out], the kernels take [out, in].
+template <typename T>
+std::vector<T> transposed(const T* m, int64_t rows, int64_t cols) {
+  std::vector<T> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = m[r * cols + c];
+  }
+  return out;
+}
 
 }  // namespace lowbit::quant
