@@ -102,7 +102,8 @@ make_models() {
     # (ids past 8192 become [PAD] tokens, as the converter does for any short vocab), the
     # pre-tokenizer named "llama-bpe" (its hash check only knows released tokenizers), and
     # rope_theta / rope_scaling copied from rope_parameters.
-    PYTHONPATH="$LLAMA/gguf-py:$LLAMA" "$GGUF_PYTHON" - "$SYNTH" "$WORK/gguf/bf16.gguf" <<'EOF'
+    PYTHONPATH="$LLAMA/gguf-py:$LLAMA" "$GGUF_PYTHON" - "$SYNTH" "$WORK/gguf/bf16.gguf" \
+      >"$WORK/gguf/convert-bf16.log" 2>&1 <<'EOF' || { tail -n 20 "$WORK/gguf/convert-bf16.log" >&2; exit 1; }
 import sys, types
 try:
     import sentencepiece  # noqa: F401
