@@ -8,6 +8,7 @@
 //   w[n][k] = (q[k][n] - zero[k/group][n]) * scales[k/group][n]
 // AWQ's smoothing scales are already folded into the preceding norms / projections.
 #include "lowbit/error.h"
+#include "quant/methods/config_fields.h"
 #include "quant/methods/kernel_linear.h"
 #include "quant/methods/packed_int.h"
 #include "quant/methods/skip_list.h"
@@ -72,25 +73,21 @@ class AwqConfig : public QuantizationConfig {
     if (!j.is_object()) throw InvalidArgument(where + " must be a JSON object");
     auto c = std::make_unique<AwqConfig>();
     AwqSettings& s = c->s_;
-    const nlohmann::json bits = get_from_keys(j, {"bits", "w_bit"}, where);
-    if (bits != 4) throw Unsupported(where + ".bits: awq checkpoints are 4-bit (got " + bits.dump() + ")");
-    const nlohmann::json group = get_from_keys(j, {"group_size", "q_group_size"}, where);
-    if (!group.is_number_integer() || group.get<int64_t>() <= 0) {
-      throw InvalidArgument(where + ".group_size must be a positive integer");
+    const int64_t bits = int_field(j, {"bits", "w_bit"}, where);
+    if (bits != 4) {
+      throw Unsupported(where + ".bits: awq checkpoints are 4-bit (got " + std::to_string(bits) + ")");
     }
-    s.group_size = group.get<int64_t>();
-    s.zero_point = get_from_keys_or(j, {"zero_point"}, true).get<bool>();
-    const std::string version = get_from_keys_or(j, {"version"}, "gemm").get<std::string>();
+    s.group_size = int_field(j, {"group_size", "q_group_size"}, where);
+    if (s.group_size <= 0) throw InvalidArgument(where + ".group_size must be a positive integer");
+    s.zero_point = bool_field(j, {"zero_point"}, true, where);
+    const std::string version = string_field(j, {"version"}, "gemm", where);
     std::string lower = version;
     for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (lower != "gemm") {
       throw Unsupported(where + ".version '" + version + "': only AutoAWQ's GEMM layout is supported "
                         "(GEMV / Marlin / exllama layouts pack differently)");
     }
-    const nlohmann::json skip = get_from_keys_or(j, {"modules_to_not_convert"}, nullptr);
-    if (skip.is_array()) {
-      for (const auto& v : skip) s.skip.push_back(v.get<std::string>());
-    }
+    s.skip = string_list_field(j, {"modules_to_not_convert"}, where);
     return c;
   }
 

@@ -12,6 +12,7 @@
 
 #include "core/float_convert.h"
 #include "lowbit/error.h"
+#include "quant/methods/config_fields.h"
 #include "quant/methods/online_linear.h"
 #include "quant/methods/skip_list.h"
 
@@ -100,9 +101,9 @@ class Fp8Config : public QuantizationConfig {
     auto c = std::make_unique<Fp8Config>();
     if (!j.is_object()) throw InvalidArgument(where + " must be a JSON object");
     Fp8Settings& s = c->s_;
-    s.serialized = normalize(j.value("quant_method", std::string())) == "fp8" ||
-                   j.value("is_checkpoint_fp8_serialized", false);
-    const std::string scheme = get_from_keys_or(j, {"activation_scheme"}, "dynamic");
+    s.serialized = normalize(string_field(j, {"quant_method"}, "", where)) == "fp8" ||
+                   bool_field(j, {"is_checkpoint_fp8_serialized"}, false, where);
+    const std::string scheme = string_field(j, {"activation_scheme"}, "dynamic", where);
     if (scheme != "static" && scheme != "dynamic") {
       throw InvalidArgument(where + ".activation_scheme must be \"static\" or \"dynamic\", not \"" +
                             scheme + "\"");
@@ -121,15 +122,7 @@ class Fp8Config : public QuantizationConfig {
       s.block_rows = block[0].get<int64_t>();
       s.block_cols = block[1].get<int64_t>();
     }
-    const nlohmann::json ignored =
-        get_from_keys_or(j, {"ignored_layers", "modules_to_not_convert"}, nlohmann::json::array());
-    if (!ignored.is_null()) {
-      if (!ignored.is_array()) throw InvalidArgument(where + ".ignored_layers must be a list");
-      for (const auto& v : ignored) {
-        if (!v.is_string()) throw InvalidArgument(where + ".ignored_layers holds a non-string");
-        s.ignored.push_back(v.get<std::string>());
-      }
-    }
+    s.ignored = string_list_field(j, {"ignored_layers", "modules_to_not_convert"}, where);
     return c;
   }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "lowbit/error.h"
+#include "quant/methods/config_fields.h"
 #include "quant/methods/kernel_linear.h"
 #include "quant/methods/packed_int.h"
 #include "quant/methods/skip_list.h"
@@ -110,21 +111,18 @@ class GptqConfig : public QuantizationConfig {
     if (!j.is_object()) throw InvalidArgument(where + " must be a JSON object");
     auto c = std::make_unique<GptqConfig>();
     GptqSettings& s = c->s_;
-    const nlohmann::json bits = get_from_keys(j, {"bits", "w_bit"}, where);
-    if (!bits.is_number_integer() || (bits != 2 && bits != 4 && bits != 8)) {
-      throw Unsupported(where + ".bits must be 2, 4 or 8 (got " + bits.dump() + ")");
+    s.bits = static_cast<int>(int_field(j, {"bits", "w_bit"}, where));
+    if (s.bits != 2 && s.bits != 4 && s.bits != 8) {
+      throw Unsupported(where + ".bits must be 2, 4 or 8 (got " + std::to_string(s.bits) + ")");
     }
-    s.bits = bits.get<int>();
-    const nlohmann::json group = get_from_keys(j, {"group_size", "q_group_size"}, where);
-    if (!group.is_number_integer() || (group.get<int64_t>() <= 0 && group.get<int64_t>() != -1)) {
+    s.group_size = int_field(j, {"group_size", "q_group_size"}, where);
+    if (s.group_size <= 0 && s.group_size != -1) {
       throw InvalidArgument(where + ".group_size must be a positive integer or -1");
     }
-    s.group_size = group.get<int64_t>();
-    s.desc_act = get_from_keys_or(j, {"desc_act"}, false).get<bool>();
-    s.sym = get_from_keys_or(j, {"sym"}, true).get<bool>();
-    s.lm_head = get_from_keys_or(j, {"lm_head"}, false).get<bool>();
-    const std::string format =
-        get_from_keys_or(j, {"checkpoint_format", "format"}, "gptq").get<std::string>();
+    s.desc_act = bool_field(j, {"desc_act"}, false, where);
+    s.sym = bool_field(j, {"sym"}, true, where);
+    s.lm_head = bool_field(j, {"lm_head"}, false, where);
+    const std::string format = string_field(j, {"checkpoint_format", "format"}, "gptq", where);
     if (format != "gptq" && format != "gptq_v2") {
       throw Unsupported(where + ".checkpoint_format '" + format +
                         "' is not gptq or gptq_v2 (marlin / bitblas repacked checkpoints are not "
@@ -135,10 +133,7 @@ class GptqConfig : public QuantizationConfig {
     if (!dynamic.is_null() && !(dynamic.is_object() && dynamic.empty())) {
       throw Unsupported(where + ".dynamic: per-module GPTQ overrides are not supported yet");
     }
-    const nlohmann::json skip = get_from_keys_or(j, {"modules_to_not_convert"}, nullptr);
-    if (skip.is_array()) {
-      for (const auto& v : skip) s.skip.push_back(v.get<std::string>());
-    }
+    s.skip = string_list_field(j, {"modules_to_not_convert"}, where);
     return c;
   }
 

@@ -190,6 +190,23 @@ TEST(Resolve, BadCheckpointConfigsNameTheField) {
                                     {}),
                InvalidArgument);
   EXPECT_THROW(resolve_quantization(dir.string(), "", "cfg", {"no_such_method"}), Unsupported);
+  // Fields of the wrong type are errors naming the field, never a JSON library exception.
+  for (const auto& [config, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": "yes"})",
+            "cfg: quantization_config.desc_act"},
+           {R"({"quant_method": "gptq", "bits": "4", "group_size": 128})",
+            "cfg: quantization_config.bits"},
+           {R"({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": [1]})",
+            "cfg: quantization_config.modules_to_not_convert"},
+           {R"({"quant_method": "fp8", "ignored_layers": "lm_head"})",
+            "cfg: quantization_config.ignored_layers"}}) {
+    try {
+      resolve_quantization(dir.string(), config, "cfg", {});
+      FAIL() << config;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
   // Online methods take no configuration.
   EXPECT_THROW(make_quantization_config("fp8_per_channel", {{"x", 1}}, "cfg"), InvalidArgument);
 }
