@@ -162,8 +162,9 @@ void KvCacheQuantizer::round_rows(float* x, int64_t rows, const std::vector<floa
 void KvCacheQuantizer::quantize(int64_t layer, float* k, float* v, int64_t rows) const {
   if (!quantizes(layer)) return;
   const size_t l = static_cast<size_t>(layer);
-  std::vector<float> ks, vs;
-  {
+  if (calculate_) {
+    // Scales change only here, once per layer, under the lock; without --calculate-kv-scales
+    // they are fixed at load and every call reads them without locking or copying.
     std::lock_guard<std::mutex> lock(mutex_);
     if (!calibrated_[l]) {
       float kmax = 0.0f, vmax = 0.0f;
@@ -175,11 +176,9 @@ void KvCacheQuantizer::quantize(int64_t layer, float* k, float* v, int64_t rows)
       v_scale_[l] = {vmax > 0.0f ? vmax / kValueRange : 1.0f};
       calibrated_[l] = true;
     }
-    ks = k_scale_[l];
-    vs = v_scale_[l];
   }
-  round_rows(k, rows, ks);
-  round_rows(v, rows, vs);
+  round_rows(k, rows, k_scale_[l]);
+  round_rows(v, rows, v_scale_[l]);
 }
 
 }  // namespace lowbit::models

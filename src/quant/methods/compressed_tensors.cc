@@ -43,13 +43,15 @@ class CompressedTensorsLinear : public KernelLinear {
     source.description = layer.source;
     const QuantArgs& w = *scheme_.weights;
     const std::optional<InputQuant> input = input_quant(layer);
-    const CompressedWeight cw =
-        read_compressed_weight(source, info.prefix, w, format_, info.out_features, info.in_features);
+    auto read = [&] {
+      return read_compressed_weight(source, info.prefix, w, format_, info.out_features,
+                                    info.in_features);
+    };
     if (w.type == QuantType::Int && w.strategy != Strategy::Block) {
-      finish_int(layer, int_weights(cw, w), input);
+      finish_int(layer, int_weights(read(), w), input);
     } else if (w.type == QuantType::Float && w.num_bits == 8 && format_ == CompressionFormat::FloatQuantized) {
-      finish_fp8(layer, fp8_weights(cw, w), input);
-    } else {
+      finish_fp8(layer, fp8_weights(read(), w), input);
+    } else {  // decompress_weight reads (and checks) the tensors itself
       finish_dequant(layer, decompress_weight(source, info.prefix, w, format_, info.out_features,
                                               info.in_features),
                      input);
