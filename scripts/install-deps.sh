@@ -10,6 +10,7 @@ packages=(
   libicu-dev           # ICU: Unicode normalization and properties for the tokenizer
   libcli11-dev         # command-line parsing
   libyaml-cpp-dev      # llm-compressor recipes (YAML) in and out
+  libcpp-httplib-dev   # HTTP for `lowbit serve` and `lowbit bench serve`
   libgtest-dev libgmock-dev
   libomp-dev           # OpenMP runtime headers (gcc uses libgomp; clang builds use libomp)
   clang libclang-rt-14-dev  # libFuzzer and sanitizer runtimes for the fuzz targets

@@ -49,6 +49,8 @@ double weight_bytes_per_token(const std::string& dir, const models::ModelConfig&
 }
 
 int run_bench(const BenchOptions& options) {
+  LOWBIT_CHECK(!options.model.empty(), "bench: a MODEL directory is required (or `lowbit bench serve` to "
+                                       "load-test a server)");
   apply_threads(options.threads);
   LOWBIT_CHECK(options.prompt_tokens >= 1 && options.decode_tokens >= 2 && options.repeats >= 1,
                "bench: --prompt-tokens >= 1, --decode-tokens >= 2 and --repeats >= 1 are required");
@@ -125,13 +127,16 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* sub = app.add_subcommand(
       "bench", "Prefill and decode speed, beside the memory bandwidth measured in the same run");
-  sub->add_option("model", options->model, "Model directory")->required();
+  // Not ->required(): `lowbit bench serve ...` is a subcommand of bench and has no MODEL.
+  sub->add_option("model", options->model, "Model directory");
   add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
   sub->add_option("--prompt-tokens", options->prompt_tokens, "Prefill length")->capture_default_str();
   sub->add_option("--decode-tokens", options->decode_tokens, "Decode steps")->capture_default_str();
   sub->add_option("--repeats", options->repeats, "Repetitions (best is reported)")->capture_default_str();
   sub->add_flag("--json", options->json, "Print one JSON record");
+  // Listed before bench itself: main() runs the first parsed command, and `bench serve` parses both.
+  add_bench_serve_command(*sub, commands);
   commands.push_back({sub, [options] { return run_bench(*options); }});
 }
 

@@ -22,7 +22,9 @@ void add_logits_command(CLI::App& app, CommandList& commands);
 void add_tokenize_commands(CLI::App& app, CommandList& commands);
 void add_synth_command(CLI::App& app, CommandList& commands);
 void add_bench_command(CLI::App& app, CommandList& commands);
+void add_bench_serve_command(CLI::App& bench, CommandList& commands);  // `bench serve`, from add_bench_command
 void add_quantize_command(CLI::App& app, CommandList& commands);
 void add_methods_command(CLI::App& app, CommandList& commands);
+void add_serve_command(CLI::App& app, CommandList& commands);
 
 }  // namespace lowbit::cli

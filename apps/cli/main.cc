@@ -1,14 +1,37 @@
 // The `lowbit` command line. Exit codes: 0 success, 2 bad input (a file, flag or value lowbit
 // cannot use; the message names it), 1 an internal error.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include "command.h"
 #include "core/log.h"
 #include "lowbit/error.h"
 
+namespace {
+
+// `lowbit serve` shares the cores between the forward pass's OpenMP threads and the HTTP threads
+// that write each token. OpenMP threads that spin while waiting (libgomp's default) then keep a
+// descheduled teammate from reaching the next barrier: measured 32 ms per token instead of 5 on
+// 2 cores (bench/NOTES.md). The wait policy is read once when the OpenMP runtime loads, before
+// main, so the server re-executes itself with OMP_WAIT_POLICY=passive unless the user set it.
+void reexec_serve_with_passive_openmp(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "serve") != 0 || std::getenv("OMP_WAIT_POLICY") != nullptr) {
+    return;
+  }
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);
+  // Still here: exec failed; serving works, only slower.
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace lowbit;
+  reexec_serve_with_passive_openmp(argc, argv);
   CLI::App app{
       "lowbit: quantize, run, serve and evaluate large language models in one binary.\n"
       "Run `lowbit COMMAND --help` for a command's options. Models are Hugging Face checkpoint\n"
@@ -29,6 +52,7 @@ int main(int argc, char** argv) {
   cli::add_bench_command(app, commands);
   cli::add_quantize_command(app, commands);
   cli::add_methods_command(app, commands);
+  cli::add_serve_command(app, commands);
 
   try {
     app.parse(argc, argv);

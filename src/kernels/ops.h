@@ -56,6 +56,20 @@ struct AttentionShape {
 void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
                float* out);
 
+// A paged KV cache (the serving engine's block pool): cache position j lives at row
+// j % block_size of block table[j / block_size]; block b starts b * block_size * kv_stride floats
+// after k_blocks / v_blocks (kv_stride = kv_heads * head_dim). The table covers positions
+// [0, past + queries).
+struct KvPages {
+  const float* k_blocks = nullptr;
+  const float* v_blocks = nullptr;
+  const int32_t* table = nullptr;
+  int64_t block_size = 0;  // >= 1
+};
+// attention() reading keys and values through `kv`. Bit-identical to attention() on the same
+// values laid out contiguously (attention() is this with one block), for any block size.
+void attention_paged(const float* q, const KvPages& kv, const AttentionShape& shape, float* out);
+
 // out[i] = table[ids[i]] * scale as fp32 (table [vocab, dim] in F32/F16/BF16). Ids must already be
 // validated (0 <= id < vocab).
 void embedding_lookup(const Tensor& table, const int32_t* ids, int64_t n, float scale, float* out);

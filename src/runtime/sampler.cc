@@ -20,6 +20,12 @@ void SamplingParams::validate() const {
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
     fail("repetition_penalty", "must be > 0");
   }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    fail("presence_penalty", "must be in [-2, 2]");
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    fail("frequency_penalty", "must be in [-2, 2]");
+  }
 }
 
 Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) { params_.validate(); }
@@ -42,8 +48,69 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context) {
+void apply_presence_frequency_penalties(std::span<float> logits, std::span<const int32_t> output,
+                                        float presence_penalty, float frequency_penalty) {
+  if (presence_penalty == 0.0f && frequency_penalty == 0.0f) return;
+  std::vector<int32_t> ids;
+  ids.reserve(output.size());
+  for (int32_t id : output) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  // vLLM subtracts frequency * count and then presence * 1 as two float32 operations; doing the
+  // same keeps the result bit-identical to its formula.
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j < ids.size() && ids[j] == ids[i]) ++j;
+    float& v = logits[static_cast<size_t>(ids[i])];
+    v -= frequency_penalty * static_cast<float>(j - i);
+    v -= presence_penalty;
+    i = j;
+  }
+}
+
+void log_softmax(std::span<const float> logits, std::span<float> out) {
+  if (logits.empty()) throw Internal("log_softmax of an empty vector");
+  if (out.size() != logits.size()) throw Internal("log_softmax: output size differs from input");
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  if (std::isinf(max_logit) && max_logit < 0) {
+    // Every logit is -inf: no distribution; report -inf everywhere rather than NaN.
+    std::fill(out.begin(), out.end(), -std::numeric_limits<float>::infinity());
+    return;
+  }
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
+  const double log_sum = std::log(sum) + max_logit;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    out[i] = static_cast<float>(static_cast<double>(logits[i]) - log_sum);
+  }
+}
+
+std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logprobs, int k) {
+  const size_t keep = k <= 0 ? 0 : std::min(logprobs.size(), static_cast<size_t>(k));
+  std::vector<int32_t> ids(logprobs.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  auto better = [&](int32_t a, int32_t b) {
+    const float va = logprobs[static_cast<size_t>(a)];
+    const float vb = logprobs[static_cast<size_t>(b)];
+    return va > vb || (va == vb && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), better);
+  std::vector<std::pair<int32_t, float>> out;
+  out.reserve(keep);
+  for (size_t i = 0; i < keep; ++i) out.emplace_back(ids[i], logprobs[static_cast<size_t>(ids[i])]);
+  return out;
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
+                        size_t output_begin) {
+  if (output_begin > context.size()) {
+    throw InvalidArgument("Sampler::sample: output_begin " + std::to_string(output_begin) +
+                          " is past the context (" + std::to_string(context.size()) + " ids)");
+  }
   apply_repetition_penalty(logits, context, params_.repetition_penalty);
+  apply_presence_frequency_penalties(logits, context.subspan(output_begin),
+                                     params_.presence_penalty, params_.frequency_penalty);
   if (params_.greedy()) return argmax(logits);
 
   const size_t vocab = logits.size();

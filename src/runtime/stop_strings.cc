@@ -14,7 +14,13 @@ std::string StopStringMatcher::push(const std::string& text) {
   pending_ += text;
   // Earliest complete stop string, if any.
   size_t earliest = std::string::npos;
-  for (const auto& stop : stop_strings_) earliest = std::min(earliest, pending_.find(stop));
+  for (const auto& stop : stop_strings_) {
+    const size_t at = pending_.find(stop);
+    if (at < earliest) {
+      earliest = at;
+      matched_ = stop;
+    }
+  }
   if (earliest != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, earliest);

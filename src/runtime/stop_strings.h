@@ -16,12 +16,15 @@ class StopStringMatcher {
   std::string push(const std::string& text);
   // True once a stop string has been seen; push() then returns nothing more.
   bool stopped() const { return stopped_; }
+  // The stop string that ended generation (the earliest in the text; the first listed on a tie).
+  const std::string& matched() const { return matched_; }
   // At the end of generation: whatever was held back (never part of a stop string).
   std::string flush();
 
  private:
   std::vector<std::string> stop_strings_;
   std::string pending_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

@@ -8,6 +8,8 @@
 //   O = softmax(S)·V are computed by matmul() on gathered contiguous copies of K and Vᵀ, so that
 //   prefill runs on the SIMD matmul kernel. Masked entries of S are computed and then dropped,
 //   which wastes up to half the score work on the diagonal blocks but keeps one fast kernel.
+// Both read the cache through a block table (attention_paged); the contiguous attention() is the
+// one-block case of the same code, so paged and contiguous results are bit-identical.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,8 +44,7 @@ std::vector<float>& thread_scratch(size_t n) {
   return buffer;
 }
 
-void attention_direct(const float* q, const float* k, const float* v, const AttentionShape& s,
-                      float* out) {
+void attention_direct(const float* q, const KvPages& kv, const AttentionShape& s, float* out) {
   const int64_t hd = s.head_dim;
   const int64_t q_stride = s.heads * hd;
   const int64_t kv_stride = s.kv_heads * hd;
@@ -58,9 +59,11 @@ void attention_direct(const float* q, const float* k, const float* v, const Atte
     detail::GroupAttentionArgs args;
     visible_keys(s, i, &args.lo, &args.hi);
     args.q = q + i * q_stride + int64_t{g} * group * hd;
-    args.k = k + g * hd;
-    args.v = v + g * hd;
+    args.k = kv.k_blocks + g * hd;
+    args.v = kv.v_blocks + g * hd;
     args.kv_stride = kv_stride;
+    args.table = kv.table;
+    args.block_size = kv.block_size;
     args.group = group;
     args.head_dim = hd;
     args.scale = s.scale;
@@ -93,8 +96,8 @@ void masked_softmax_rows(const AttentionShape& s, int64_t i0, int64_t rows, int 
   }
 }
 
-void attention_block(const float* q, const float* k, const float* v, const AttentionShape& s, int g,
-                     int64_t i0, int64_t i1, BlockBuffers& buf, float* out) {
+void attention_block(const float* q, const KvPages& kv, const AttentionShape& s, int g, int64_t i0,
+                     int64_t i1, BlockBuffers& buf, float* out) {
   const int64_t hd = s.head_dim;
   const int64_t q_stride = s.heads * hd;
   const int64_t kv_stride = s.kv_heads * hd;
@@ -115,11 +118,20 @@ void attention_block(const float* q, const float* k, const float* v, const Atten
       std::copy(src, src + hd, buf.q.data() + ((i - i0) * group + r) * hd);
     }
   }
-  for (int64_t j = lo; j < hi; ++j) {
-    const float* kj = k + j * kv_stride + g * hd;
-    const float* vj = v + j * kv_stride + g * hd;
-    std::copy(kj, kj + hd, buf.k.data() + (j - lo) * hd);
-    for (int64_t d = 0; d < hd; ++d) buf.vt[static_cast<size_t>(d * columns + (j - lo))] = vj[d];
+  for (int64_t j0 = lo; j0 < hi;) {
+    const int64_t block = j0 / kv.block_size;
+    const int64_t end = std::min(hi, (block + 1) * kv.block_size);
+    const int64_t first_row =
+        int64_t{kv.table[block]} * kv.block_size + (j0 - block * kv.block_size);
+    const float* k_run = kv.k_blocks + first_row * kv_stride + g * hd;
+    const float* v_run = kv.v_blocks + first_row * kv_stride + g * hd;
+    for (int64_t j = j0; j < end; ++j) {
+      const float* kj = k_run + (j - j0) * kv_stride;
+      const float* vj = v_run + (j - j0) * kv_stride;
+      std::copy(kj, kj + hd, buf.k.data() + (j - lo) * hd);
+      for (int64_t d = 0; d < hd; ++d) buf.vt[static_cast<size_t>(d * columns + (j - lo))] = vj[d];
+    }
+    j0 = end;
   }
   const Tensor keys = Tensor::view(DType::F32, {columns, hd}, buf.k.data(), nullptr);
   matmul(buf.q.data(), rows, hd, keys, nullptr, buf.scores.data());
@@ -152,19 +164,26 @@ GroupAttentionFn group_attention_kernel() {
 
 }  // namespace detail
 
-void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
-               float* out) {
+void attention_paged(const float* q, const KvPages& kv, const AttentionShape& shape, float* out) {
   if (shape.queries < kMatmulMinQueries) {
-    attention_direct(q, k, v, shape, out);
+    attention_direct(q, kv, shape, out);
     return;
   }
   thread_local BlockBuffers buffers;
   for (int g = 0; g < shape.kv_heads; ++g) {
     for (int64_t i0 = 0; i0 < shape.queries; i0 += kQueryBlock) {
       const int64_t i1 = std::min(shape.queries, i0 + kQueryBlock);
-      attention_block(q, k, v, shape, g, i0, i1, buffers, out);
+      attention_block(q, kv, shape, g, i0, i1, buffers, out);
     }
   }
+}
+
+void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
+               float* out) {
+  // The whole cache as block 0 of a one-block table: the paged code path, one run of rows.
+  static constexpr int32_t kOneBlock[1] = {0};
+  const int64_t context = shape.past + shape.queries;
+  attention_paged(q, KvPages{k, v, kOneBlock, context > 0 ? context : 1}, shape, out);
 }
 
 void softmax_inplace(float* x, int64_t n) {

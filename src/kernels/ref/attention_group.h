@@ -1,6 +1,9 @@
 // Decode-path attention for the query heads that share one KV head (one GQA group, one query):
 // the same plain loops compiled once per ISA (attention.cc: baseline, attention_avx2.cc,
 // attention_avx512.cc) and picked at runtime from cpu_features(), like the matmul kernels.
+// The cache may be paged (the serving engine's block pool): the loops walk the visible keys in
+// runs of rows that lie in one block, so a contiguous cache is simply one block and both take the
+// same code path (bit-identical results for the same values).
 #pragma once
 
 #include <cstdint>
@@ -9,8 +12,8 @@ namespace lowbit::kernels::detail {
 
 struct GroupAttentionArgs {
   const float* q;  // `group` query heads, head_dim apart
-  const float* k;  // key of position 0 for this KV head; rows kv_stride apart
-  const float* v;
+  const float* k;  // this KV head's key of position 0 (paged: of row 0 of block id 0); rows
+  const float* v;  // kv_stride apart
   int64_t kv_stride;
   int64_t lo, hi;  // visible keys [lo, hi)
   int group;
@@ -18,6 +21,10 @@ struct GroupAttentionArgs {
   float scale;
   float* scores;  // scratch: group * (hi - lo)
   float* out;     // `group` output heads, head_dim apart
+  // Paged caches: position j is row j % block_size of block table[j / block_size], blocks
+  // block_size * kv_stride floats apart from k / v. Null table: one contiguous block.
+  const int32_t* table = nullptr;
+  int64_t block_size = 0;
 };
 
 using GroupAttentionFn = void (*)(const GroupAttentionArgs&);

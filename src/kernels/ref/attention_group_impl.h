@@ -51,30 +51,56 @@ inline void softmax_row(float* row, int64_t n) {
   for (int64_t j = 0; j < n; ++j) row[j] *= inv;
 }
 
-// Each key and value row is read once for the whole group (GQA shares them).
+// Cache rows [j, end) lie in one block; k / v point at row j (this KV head's part).
+struct KvRun {
+  const float* k;
+  const float* v;
+  int64_t end;
+};
+
+// The run starting at row j (< hi). One integer division per block, none per row.
+inline KvRun kv_run(const GroupAttentionArgs& a, int64_t j) {
+  if (a.table == nullptr) return KvRun{a.k + j * a.kv_stride, a.v + j * a.kv_stride, a.hi};
+  const int64_t block = j / a.block_size;
+  const int64_t offset =
+      (int64_t{a.table[block]} * a.block_size + (j - block * a.block_size)) * a.kv_stride;
+  const int64_t end = (block + 1) * a.block_size;
+  return KvRun{a.k + offset, a.v + offset, end < a.hi ? end : a.hi};
+}
+
+// Each key and value row is read once for the whole group (GQA shares them). Keys are visited
+// in order, block run by block run: the arithmetic does not depend on where the blocks are.
 inline void group_attention_impl(const GroupAttentionArgs& a) {
   const int64_t n = a.hi - a.lo;
   const int64_t hd = a.head_dim;
-  for (int64_t j = 0; j < n; ++j) {
-    const float* kj = a.k + (a.lo + j) * a.kv_stride;
-    for (int r = 0; r < a.group; ++r) {
-      const float* qr = a.q + r * hd;
-      float dot = 0.0f;
+  for (int64_t j0 = a.lo; j0 < a.hi;) {
+    const KvRun run = kv_run(a, j0);
+    for (int64_t j = j0; j < run.end; ++j) {
+      const float* kj = run.k + (j - j0) * a.kv_stride;
+      for (int r = 0; r < a.group; ++r) {
+        const float* qr = a.q + r * hd;
+        float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t d = 0; d < hd; ++d) dot += qr[d] * kj[d];
-      a.scores[r * n + j] = dot * a.scale;
+        for (int64_t d = 0; d < hd; ++d) dot += qr[d] * kj[d];
+        a.scores[r * n + (j - a.lo)] = dot * a.scale;
+      }
     }
+    j0 = run.end;
   }
   for (int r = 0; r < a.group; ++r) softmax_row(a.scores + r * n, n);
   std::fill(a.out, a.out + a.group * hd, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float* vj = a.v + (a.lo + j) * a.kv_stride;
-    for (int r = 0; r < a.group; ++r) {
-      const float p = a.scores[r * n + j];
-      float* o = a.out + r * hd;
+  for (int64_t j0 = a.lo; j0 < a.hi;) {
+    const KvRun run = kv_run(a, j0);
+    for (int64_t j = j0; j < run.end; ++j) {
+      const float* vj = run.v + (j - j0) * a.kv_stride;
+      for (int r = 0; r < a.group; ++r) {
+        const float p = a.scores[r * n + (j - a.lo)];
+        float* o = a.out + r * hd;
 #pragma omp simd
-      for (int64_t d = 0; d < hd; ++d) o[d] += p * vj[d];
+        for (int64_t d = 0; d < hd; ++d) o[d] += p * vj[d];
+      }
     }
+    j0 = run.end;
   }
 }
 

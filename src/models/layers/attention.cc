@@ -6,6 +6,10 @@
 
 namespace lowbit::models {
 
+float attention_scale(int64_t head_dim) {
+  return static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5));
+}
+
 void attention_forward(const AttentionWeights& w, const ModelConfig& config,
                        const AttentionStep& step, const float* x, float* k_cache, float* v_cache,
                        AttentionScratch& scratch, float* out) {
@@ -42,8 +46,7 @@ void attention_forward(const AttentionWeights& w, const ModelConfig& config,
   shape.kv_heads = kv_heads;
   shape.head_dim = head_dim;
   shape.window = step.window;
-  // transformers: scaling = head_dim ** -0.5 (a Python float), applied in fp32.
-  shape.scale = static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5));
+  shape.scale = attention_scale(head_dim);
   kernels::attention(q, k_cache, v_cache, shape, scratch.context.data());
   w.o.apply(scratch.context.data(), m, out);
 }

@@ -27,6 +27,10 @@ struct AttentionStep {
   const KvCacheQuantizer* kv_quant = nullptr;  // --kv-cache-dtype fp8; null: full precision
 };
 
+// The softmax scale of q·k: transformers' scaling = head_dim ** -0.5 (a Python float), applied in
+// fp32. Shared with the batched forward (batch_decoder.cc), which must match bit for bit.
+float attention_scale(int64_t head_dim);
+
 // x: the normed input [m, hidden]. Writes this step's keys and values into cache rows
 // first..first+m-1 of `k_cache` / `v_cache` ([capacity, kv_heads * head_dim]) and the layer output
 // [m, hidden] into `out`.

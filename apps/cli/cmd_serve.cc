@@ -1,0 +1,128 @@
+// lowbit serve MODEL: the OpenAI-compatible server (vLLM's flags where they mean the same).
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "command.h"
+#include "core/log.h"
+#include "lowbit/error.h"
+#include "models/model.h"
+#include "options.h"
+#include "serve/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit::cli {
+namespace {
+
+struct ServeOptions {
+  ModelLoadOptions load;
+  std::string model;
+  serve::ServerOptions server;
+  std::string kv_cache_memory;  // bytes, with an optional K/M/G suffix
+  std::vector<std::string> served_model_names;
+  double gpu_memory_utilization = 0;
+  std::string batch_invariant = "auto";
+  int threads = 0;
+};
+
+// "512M", "2G", "1048576" → bytes.
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw InvalidArgument(flag + " '" + text + "': expected a size such as 512M or 2G");
+  }
+  std::string suffix = text.substr(used);
+  double scale = 1;
+  if (suffix == "K" || suffix == "KiB" || suffix == "k") scale = 1024.0;
+  else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty()) throw InvalidArgument(flag + " '" + text + "': unknown unit '" + suffix + "'");
+  LOWBIT_CHECK(value > 0, flag + " must be positive");
+  return static_cast<int64_t>(value * scale);
+}
+
+// SIGINT / SIGTERM stop the server from a watcher thread (no work in the signal handler). A
+// signal handler can reach nothing but a global, hence this one flag.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void on_stop_signal(int) { g_stop_requested.store(true); }
+
+int run_serve(ServeOptions& options) {
+  apply_threads(options.threads);
+  LOWBIT_CHECK(options.gpu_memory_utilization == 0,
+               "--gpu-memory-utilization sizes a GPU's KV cache, and this build runs on the CPU: "
+               "give the budget with --kv-cache-memory instead");
+  auto model = models::Model::load(options.model, prepare_model_load(options.load));
+  auto tokenizer = load_tokenizer_if_present(options.model);
+  serve::ServerOptions server_options = options.server;
+  server_options.model_dir = options.model;
+  server_options.engine.threads = options.threads;
+  if (options.batch_invariant != "auto") {
+    server_options.engine.batch_invariant = options.batch_invariant == "on";
+  }
+  server_options.served_model_names = options.served_model_names;
+  if (server_options.served_model_names.empty()) server_options.served_model_names = {options.model};
+  if (!options.kv_cache_memory.empty()) {
+    server_options.engine.kv_cache_bytes = parse_bytes(options.kv_cache_memory, "--kv-cache-memory");
+  }
+  serve::Server server(*model, tokenizer.get(), server_options);
+  server.bind();
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  std::thread watcher([&] {
+    while (!g_stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    server.stop();
+  });
+  std::fprintf(stderr, "lowbit serve: %s on http://%s:%d (OpenAI API under /v1)\n",
+               server_options.served_model_names.front().c_str(), server_options.host.c_str(),
+               server.port());
+  server.run();
+  g_stop_requested.store(true);
+  watcher.join();
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, CommandList& commands) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching)");
+  sub->add_option("model", options->model, "Model directory")->required();
+  auto& s = options->server;
+  sub->add_option("--host", s.host, "Address to listen on (loopback by default)")->capture_default_str();
+  sub->add_option("--port", s.port, "Port (0: any free port, printed at start)")->capture_default_str();
+  sub->add_option("--api-key", s.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1 routes (also $LOWBIT_API_KEY)")
+      ->envname("LOWBIT_API_KEY");
+  sub->add_option("--served-model-name", options->served_model_names,
+                  "Model name(s) clients use (default: the model path)");
+  sub->add_option("--max-model-len", s.engine.max_model_len,
+                  "Prompt + output tokens per request (default: the model's max_position_embeddings)");
+  sub->add_option("--max-num-seqs", s.engine.max_num_seqs, "Sequences batched per step")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--kv-cache-memory", options->kv_cache_memory,
+                  "KV cache budget, e.g. 512M or 2G (default: max-num-seqs full-length sequences)");
+  sub->add_option("--gpu-memory-utilization", options->gpu_memory_utilization,
+                  "GPU memory fraction for weights + KV cache (GPU builds only)");
+  sub->add_option("--block-size", s.engine.block_size, "Tokens per KV-cache block")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max-waiting", s.engine.max_waiting,
+                  "Queued requests beyond this get 503 with Retry-After")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max-num-batched-tokens", s.engine.max_prefill_tokens,
+                  "Prompt tokens admitted per step")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--batch-invariant", options->batch_invariant,
+                  "on: every sequence computes exactly as if alone (greedy output equals `lowbit "
+                  "generate`); off: one matmul per layer per step (faster for quantized models, "
+                  "last-bit differences); auto: on for unquantized models, off for quantized ones")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+  add_model_load_options(sub, options->load);
+  add_threads_option(sub, options->threads);
+  commands.push_back({sub, [options] { return run_serve(*options); }});
+}
+
+}  // namespace lowbit::cli

@@ -1,0 +1,109 @@
+// The serving engine's KV cache: one fixed pool of blocks (block_size token positions each, every
+// layer's keys and values), handed out to sequences through per-sequence block tables, as vLLM's
+// PagedAttention does. The budget is fixed when the pool is made; a sequence that needs a block
+// when none is free is refused (reserve() returns false and changes nothing), so running
+// sequences are never corrupted and the scheduler decides who waits.
+//
+// forward_batch() runs several sequences in one pass: their new tokens are stacked into one
+// activation matrix, so every linear layer reads its weights once per step for all of them
+// (what makes batching pay on a memory-bound decode), while attention runs per sequence against
+// its own blocks. Per row, the arithmetic is exactly Model::forward's (same kernels, same
+// summation order): a sequence run in a batch gives bit-identical logits to one run alone, which
+// is what makes the server's greedy output equal `lowbit generate`'s. That needs each matmul call
+// to run every row on the path Model::forward's call for that row's sequence would have taken;
+// forward_batch() arranges its calls so (see BatchOptions).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lowbit/tensor.h"
+#include "models/model.h"
+
+namespace lowbit::models {
+
+// One sequence's view of the pool: which blocks hold its positions, and how many are filled.
+struct PagedSequence {
+  std::vector<int32_t> blocks;  // block ids; position p lives in blocks[p / block_size]
+  int64_t length = 0;           // positions cached (the next token's position)
+};
+
+class KvBlockPool {
+ public:
+  // Allocates num_blocks blocks now (throws OutOfMemory naming the size when it cannot). Storage
+  // is fp32 (fp8-rounded values when the model's KV cache is fp8). block_size >= 1.
+  KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_size = 16);
+
+  // Bytes one block takes: block_size * layers * 2 * kv_heads * head_dim * sizeof(float).
+  static int64_t bytes_per_block(const Model& model, int64_t block_size);
+
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t used_blocks() const { return num_blocks_ - free_blocks(); }
+  // Blocks a sequence of `tokens` positions needs.
+  int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+
+  // Grows seq.blocks so that it can hold `tokens` positions. False (seq unchanged) when the pool
+  // has too few free blocks.
+  bool reserve(PagedSequence& seq, int64_t tokens);
+  // Returns all of seq's blocks to the pool; seq becomes empty.
+  void release(PagedSequence& seq);
+
+  // Raw storage of one block of one layer: [block_size, kv_heads * head_dim] keys / values.
+  float* keys(int layer, int32_t block);
+  float* values(int layer, int32_t block);
+  const float* keys(int layer, int32_t block) const;
+  const float* values(int layer, int32_t block) const;
+  int64_t row_size() const { return row_size_; }
+  int num_layers() const { return layers_; }
+
+ private:
+  int layers_ = 0;
+  int64_t num_blocks_ = 0, block_size_ = 0, row_size_ = 0;
+  std::vector<float> keys_, values_;  // [layers, num_blocks, block_size, row_size]
+  std::vector<int32_t> free_;         // free block ids (a stack)
+};
+
+// One sequence's part of a batched step.
+struct BatchEntry {
+  std::span<const int32_t> tokens;  // new tokens, at positions seq->length ...
+  PagedSequence* seq = nullptr;     // must already hold seq->length + tokens.size() positions
+  bool all_logits = false;          // logits of every new token (prompt logprobs), else the last
+};
+
+// How forward_batch() groups the batch's rows into matmul calls.
+struct BatchOptions {
+  // true: bit-identical to Model::forward. A matmul kernel computes each row of its output from
+  // that row alone, but picks its path (streaming or register-blocked, whose summation orders
+  // differ) by the call's row count. So rows of sequences with few new tokens (decode steps,
+  // short prompts) share calls of at most the streaming path's row limit (64 with AVX-512, 32
+  // with AVX2, 4 portable), and a sequence with more new tokens than that gets calls of its own,
+  // as alone. A model with any linear layer run by a quantization method (opaque: it may quantize
+  // inputs with one scale per call, as fp8_per_tensor does) or with dynamic per-tensor input
+  // quantization takes no shared calls at all: each sequence's rows run alone, and batching
+  // saves nothing on its matmuls.
+  // false: every layer runs all the step's rows in one call (fastest for quantized models and
+  // mixed prefill; logits may then differ from Model::forward's in the last bits, as they do
+  // between batch sizes on a GPU). For dense models, decode steps of up to the streaming limit
+  // of sequences run the same calls either way.
+  bool exact = true;
+};
+
+// Runs every entry's new tokens, writes their keys and values into the pool, advances each
+// seq->length, and returns per entry fp32 logits [n, vocab] (all_logits) or [1, vocab]. Throws
+// InvalidArgument (nothing changed) for an empty batch, an entry without tokens or without a
+// sequence, a sequence twice in the batch, ids outside the vocabulary, a sequence whose blocks
+// cannot hold its new tokens or whose table names a block outside the pool, or a pool made for
+// another model. Entries of more than 512 new tokens run in the 512-token chunks Model::forward
+// uses, each chunk attending to the previous ones. RoPE frequencies come from each entry's own
+// total length (past + new tokens), as Model::forward chooses them per call. With
+// --calculate-kv-scales, one entry's rows fix each layer's scales on the first call (the first
+// entry with few new tokens, else the first entry), as the first Model::forward call's rows do.
+// Threads: OpenMP inside; call from one thread at a time per pool (each thread has its own
+// scratch).
+std::vector<Tensor> forward_batch(const Model& model, std::span<const BatchEntry> batch,
+                                  KvBlockPool& pool, const BatchOptions& options = {});
+
+}  // namespace lowbit::models

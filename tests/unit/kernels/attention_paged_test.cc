@@ -1,0 +1,191 @@
+// attention_paged() against attention() on the same values: the serving engine's batched forward
+// promises logits bit-identical to Model::forward, which holds only if reading the cache through a
+// block table changes addresses and nothing else. So the comparison is bitwise (memcmp), over
+// awkward shapes: block sizes 1, 3 and 16 with runs cut anywhere, GQA and plain heads, sliding
+// windows, 1 / 5 queries (direct path) and 8 / 70 (matmul path, one and two query blocks), and
+// 0..300 cached positions. Blocks are handed out in a scrambled order and every pool row that
+// does not hold a cache position is NaN, so a read through a wrong index cannot go unnoticed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/ops.h"
+#include "kernels/ref/attention_group.h"
+
+namespace lowbit::kernels {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// A cache of `context` rows copied into a pool of blocks: the table lists the blocks in a
+// scrambled order among spare ones, and every row not holding a position is NaN. The pool starts
+// `shift` floats into its buffer, so that its rows' alignment differs from the contiguous copy's
+// (a vectorizer that peeled loops for alignment would then sum in another order).
+struct PagedCopy {
+  std::vector<float> k_buffer, v_buffer;
+  std::vector<int32_t> table;
+  int64_t shift = 0;
+
+  PagedCopy(const std::vector<float>& k, const std::vector<float>& v, int64_t context, int64_t row,
+            int64_t block_size, uint32_t seed)
+      : shift(seed % 16) {
+    const int64_t used = (context + block_size - 1) / block_size;
+    const int64_t pool_blocks = used * 2 + 1;
+    std::vector<int32_t> ids(static_cast<size_t>(pool_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+    table.assign(ids.begin(), ids.begin() + used);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    k_buffer.assign(static_cast<size_t>(shift + pool_blocks * block_size * row), nan);
+    v_buffer.assign(k_buffer.size(), nan);
+    for (int64_t j = 0; j < context; ++j) {
+      const int64_t block = table[static_cast<size_t>(j / block_size)];
+      const int64_t dst = shift + (block * block_size + j % block_size) * row;
+      std::copy_n(k.begin() + j * row, row, k_buffer.begin() + dst);
+      std::copy_n(v.begin() + j * row, row, v_buffer.begin() + dst);
+    }
+  }
+  const float* k_pool() const { return k_buffer.data() + shift; }
+  const float* v_pool() const { return v_buffer.data() + shift; }
+  KvPages pages(int64_t block_size) const {
+    return KvPages{k_pool(), v_pool(), table.data(), block_size};
+  }
+};
+
+struct Heads {
+  int heads, kv_heads, head_dim;
+};
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(AttentionPagedTest, BitIdenticalToContiguous) {
+  const Heads head_shapes[] = {{4, 2, 16}, {6, 2, 64}, {4, 4, 8}, {8, 1, 32}};
+  const int64_t block_sizes[] = {1, 3, 16};
+  const int64_t query_counts[] = {1, 5, 8, 70};
+  const int64_t pasts[] = {0, 1, 2, 15, 16, 17, 47, 129, 300};
+  const int64_t windows[] = {0, 7, 33};
+  int cases = 0;
+  uint32_t seed = 1;
+  for (const Heads& h : head_shapes) {
+    for (const int64_t queries : query_counts) {
+      for (const int64_t past : pasts) {
+        const int64_t context = past + queries;
+        const int64_t row = int64_t{h.kv_heads} * h.head_dim;
+        const auto q =
+            random_vector(static_cast<size_t>(queries * h.heads * h.head_dim), ++seed, 2.0f);
+        const auto k = random_vector(static_cast<size_t>(context * row), ++seed, 2.0f);
+        const auto v = random_vector(static_cast<size_t>(context * row), ++seed, 1.0f);
+        for (const int64_t window : windows) {
+          AttentionShape s;
+          s.queries = queries;
+          s.past = past;
+          s.heads = h.heads;
+          s.kv_heads = h.kv_heads;
+          s.head_dim = h.head_dim;
+          s.window = window;
+          s.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+          std::vector<float> expected(q.size(), -7.0f);
+          attention(q.data(), k.data(), v.data(), s, expected.data());
+          ASSERT_TRUE(std::all_of(expected.begin(), expected.end(),
+                                  [](float x) { return std::isfinite(x); }));
+          for (const int64_t block_size : block_sizes) {
+            const PagedCopy paged(k, v, context, row, block_size, ++seed);
+            std::vector<float> out(q.size(), -9.0f);
+            attention_paged(q.data(), paged.pages(block_size), s, out.data());
+            EXPECT_TRUE(bitwise_equal(out, expected))
+                << "heads " << h.heads << "/" << h.kv_heads << "x" << h.head_dim << " queries "
+                << queries << " past " << past << " window " << window << " block " << block_size;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 4 * 9 * 3 * 3);
+}
+
+// One block larger than the context (a fixed-capacity cache) is the contiguous layout; the rows
+// past the context are never read.
+TEST(AttentionPagedTest, OversizedSingleBlockIsContiguous) {
+  AttentionShape s;
+  s.queries = 3;
+  s.past = 20;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 16;
+  s.scale = 0.25f;
+  const int64_t context = 23, row = 32;
+  const auto q = random_vector(3 * 4 * 16, 11, 2.0f);
+  auto k = random_vector(static_cast<size_t>(context * row), 12, 2.0f);
+  auto v = random_vector(static_cast<size_t>(context * row), 13, 1.0f);
+  std::vector<float> expected(q.size()), out(q.size());
+  attention(q.data(), k.data(), v.data(), s, expected.data());
+  k.resize(static_cast<size_t>(64 * row), std::numeric_limits<float>::quiet_NaN());
+  v.resize(k.size(), std::numeric_limits<float>::quiet_NaN());
+  const int32_t table[1] = {0};
+  attention_paged(q.data(), KvPages{k.data(), v.data(), table, 64}, s, out.data());
+  EXPECT_TRUE(bitwise_equal(out, expected));
+}
+
+// Every ISA build of the decode kernel this CPU can run: the paged walk equals the same build's
+// contiguous one bitwise (the dispatched one is covered above; this covers the others).
+TEST(AttentionPagedTest, EveryIsaGroupKernelPagesBitIdentically) {
+  const int group = 3, hd = 64, kv_heads = 2;
+  const int64_t total = 77, row = int64_t{kv_heads} * hd, block_size = 5;
+  const auto q = random_vector(static_cast<size_t>(group * kv_heads * hd), 21, 2.0f);
+  const auto k = random_vector(static_cast<size_t>(total * row), 22, 2.0f);
+  const auto v = random_vector(static_cast<size_t>(total * row), 23, 1.0f);
+  const PagedCopy paged(k, v, total, row, block_size, 24);
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  std::vector<std::pair<std::string, detail::GroupAttentionFn>> kernels = {
+      {"baseline", detail::group_attention_baseline}};
+  if (f.has_avx2_kernels()) kernels.push_back({"avx2", detail::group_attention_avx2});
+  if (f.has_avx512_kernels()) kernels.push_back({"avx512", detail::group_attention_avx512});
+  for (const auto& [name, kernel] : kernels) {
+    for (int64_t lo : {int64_t{0}, int64_t{4}, int64_t{31}}) {
+      for (int g = 0; g < kv_heads; ++g) {
+        std::vector<float> scores(static_cast<size_t>(group * total));
+        std::vector<float> expected(static_cast<size_t>(group * hd)), out(expected.size());
+        detail::GroupAttentionArgs a{};
+        a.q = q.data() + g * group * hd;
+        a.k = k.data() + g * hd;
+        a.v = v.data() + g * hd;
+        a.kv_stride = row;
+        a.lo = lo;
+        a.hi = total;
+        a.group = group;
+        a.head_dim = hd;
+        a.scale = 0.125f;
+        a.scores = scores.data();
+        a.out = expected.data();
+        kernel(a);
+        a.k = paged.k_pool() + g * hd;
+        a.v = paged.v_pool() + g * hd;
+        a.table = paged.table.data();
+        a.block_size = block_size;
+        a.out = out.data();
+        kernel(a);
+        EXPECT_TRUE(bitwise_equal(out, expected)) << name << " lo " << lo << " head " << g;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lowbit::kernels
