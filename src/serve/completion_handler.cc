@@ -31,12 +31,6 @@ void send_error(httplib::Response& res, const ApiError& error) {
   res.set_content(error_body(error), "application/json");
 }
 
-StopReason stop_reason_of(const StreamEvent& event) {
-  if (event.stop_reason.empty()) return std::monostate{};
-  if (event.stop_reason_is_token) return static_cast<int64_t>(std::stoll(event.stop_reason));
-  return event.stop_reason;
-}
-
 // Everything one choice produced, gathered for a non-streaming answer.
 struct ChoiceOutput {
   std::string text;
@@ -62,6 +56,12 @@ ChoiceOutput drain(RequestStream& stream) {
 }
 
 }  // namespace
+
+StopReason stop_reason_of(const StreamEvent& event) {
+  if (event.stop_reason.empty()) return std::monostate{};
+  if (event.stop_reason_is_token) return static_cast<int64_t>(std::stoll(event.stop_reason));
+  return event.stop_reason;
+}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {

@@ -81,6 +81,9 @@ std::vector<LogprobEntry> logprob_entries(const Tokenizer* tokenizer,
 
 const char* finish_reason_name(FinishReason reason);
 
+// vLLM's stop_reason of an event: the stop string, the stop token id, or none.
+StopReason stop_reason_of(const StreamEvent& event);
+
 // Counts one finished choice in the server's metrics (its prompt tokens only when count_prompt:
 // the n choices of one prompt share it).
 void record_choice_metrics(ServerMetrics& metrics, const RequestSummary& summary,

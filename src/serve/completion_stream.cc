@@ -26,12 +26,6 @@ int64_t utf8_characters(const std::string& text) {
   return n;
 }
 
-StopReason stop_reason_of(const StreamEvent& event) {
-  if (event.stop_reason.empty()) return std::monostate{};
-  if (event.stop_reason_is_token) return static_cast<int64_t>(std::stoll(event.stop_reason));
-  return event.stop_reason;
-}
-
 // One streaming response: owns the per-choice progress and writes chunks into the sink.
 class StreamWriter {
  public:
