@@ -26,5 +26,8 @@ void add_bench_serve_command(CLI::App& bench, CommandList& commands);  // `bench
 void add_quantize_command(CLI::App& app, CommandList& commands);
 void add_methods_command(CLI::App& app, CommandList& commands);
 void add_serve_command(CLI::App& app, CommandList& commands);
+void add_recommend_command(CLI::App& app, CommandList& commands);
+void add_report_command(CLI::App& app, CommandList& commands);
+void add_eval_command(CLI::App& app, CommandList& commands);
 
 }  // namespace lowbit::cli

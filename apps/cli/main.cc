@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
   cli::add_quantize_command(app, commands);
   cli::add_methods_command(app, commands);
   cli::add_serve_command(app, commands);
+  cli::add_recommend_command(app, commands);
+  cli::add_report_command(app, commands);
+  cli::add_eval_command(app, commands);
 
   try {
     app.parse(argc, argv);

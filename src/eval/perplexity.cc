@@ -8,9 +8,8 @@
 #include "models/model.h"
 
 namespace lowbit::eval {
-namespace {
 
-// -log softmax(row)[target], in double so that 700k summed terms keep their digits.
+// In double so that 700k summed terms keep their digits.
 double negative_log_likelihood(const float* row, int64_t vocab, int32_t target) {
   double max_logit = row[0];
   for (int64_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, static_cast<double>(row[i]));
@@ -19,11 +18,8 @@ double negative_log_likelihood(const float* row, int64_t vocab, int32_t target) 
   return std::log(sum) + max_logit - static_cast<double>(row[target]);
 }
 
-}  // namespace
-
-PerplexityResult perplexity(const models::Model& model, const std::vector<int32_t>& tokens,
-                            const PerplexityOptions& options,
-                            const std::function<void(int64_t, int64_t)>& progress) {
+std::vector<std::vector<int32_t>> perplexity_windows(const std::vector<int32_t>& tokens,
+                                                     const PerplexityOptions& options) {
   LOWBIT_CHECK(options.context >= 2, "perplexity: --ctx must be at least 2");
   const int64_t text_per_window = options.bos_id ? options.context - 1 : options.context;
   int64_t windows = static_cast<int64_t>(tokens.size()) / text_per_window;
@@ -31,17 +27,27 @@ PerplexityResult perplexity(const models::Model& model, const std::vector<int32_
   LOWBIT_CHECK(windows > 0, "perplexity: the text has " + std::to_string(tokens.size()) +
                                 " tokens, fewer than one window of " +
                                 std::to_string(text_per_window));
+  std::vector<std::vector<int32_t>> result(static_cast<size_t>(windows));
+  for (int64_t w = 0; w < windows; ++w) {
+    std::vector<int32_t>& window = result[static_cast<size_t>(w)];
+    if (options.bos_id) window.push_back(*options.bos_id);
+    auto begin = tokens.begin() + w * text_per_window;
+    window.insert(window.end(), begin, begin + text_per_window);
+  }
+  return result;
+}
 
+PerplexityResult perplexity(const models::Model& model, const std::vector<int32_t>& tokens,
+                            const PerplexityOptions& options,
+                            const std::function<void(int64_t, int64_t)>& progress) {
+  const std::vector<std::vector<int32_t>> all_windows = perplexity_windows(tokens, options);
+  const auto windows = static_cast<int64_t>(all_windows.size());
   const int64_t vocab = model.config().vocab_size;
   PerplexityResult result;
   auto start = std::chrono::steady_clock::now();
   models::KvCache cache = model.new_cache(options.context);
-  std::vector<int32_t> window;
   for (int64_t w = 0; w < windows; ++w) {
-    window.clear();
-    if (options.bos_id) window.push_back(*options.bos_id);
-    auto begin = tokens.begin() + w * text_per_window;
-    window.insert(window.end(), begin, begin + text_per_window);
+    const std::vector<int32_t>& window = all_windows[static_cast<size_t>(w)];
     cache.clear();
     Tensor logits = model.forward(window, cache, /*all_logits=*/true);
     const float* data = logits.data_as<const float>();

@@ -31,6 +31,15 @@ struct PerplexityResult {
   double seconds = 0;
 };
 
+// The protocol's windows, in order: window w is [BOS] + text tokens [w * stride, (w + 1) * stride)
+// with stride = context (- 1 with BOS). Exposed so that other evaluations (KL divergence against a
+// baseline, `lowbit eval`) score exactly the tokens perplexity() scores.
+std::vector<std::vector<int32_t>> perplexity_windows(const std::vector<int32_t>& tokens,
+                                                     const PerplexityOptions& options);
+
+// -log softmax(row)[target], in double: the per-token term perplexity() sums.
+double negative_log_likelihood(const float* row, int64_t vocab, int32_t target);
+
 // progress(window_index, window_count) after each window, for a progress line.
 PerplexityResult perplexity(const models::Model& model, const std::vector<int32_t>& tokens,
                             const PerplexityOptions& options,
