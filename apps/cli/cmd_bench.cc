@@ -9,6 +9,7 @@
 #include <random>
 
 #include "command.h"
+#include "core/memory_usage.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "kernels/matmul.h"
@@ -60,6 +61,8 @@ int run_bench(const BenchOptions& options) {
   const int threads = omp_get_max_threads();
 
   double bandwidth = kernels::cpu::measure_memory_bandwidth({.threads = threads}).triad_gb_per_s;
+  // Peak memory is the model's: the bandwidth probe's buffers are freed and forgotten here.
+  reset_peak_rss();
 
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> any_token(
@@ -90,6 +93,7 @@ int run_bench(const BenchOptions& options) {
     }
     decode_best = std::min(decode_best, (now_seconds() - start) / static_cast<double>(options.decode_tokens - 1));
   }
+  const int64_t peak_rss = peak_rss_bytes();
   // Measure again after the model ran: the best of the two is the machine's bandwidth now.
   bandwidth = std::max(bandwidth, kernels::cpu::measure_memory_bandwidth({.threads = threads}).triad_gb_per_s);
 
@@ -102,10 +106,10 @@ int run_bench(const BenchOptions& options) {
         "{\"model\": \"%s\", \"architecture\": \"%s\", \"threads\": %d, \"kernel\": \"%s\", "
         "\"weight_bytes_per_token\": %.0f, \"memory_bandwidth_gbps\": %.2f, \"prefill_tokens\": %lld, "
         "\"prefill_tps\": %.2f, \"decode_tps\": %.2f, \"decode_weight_gbps\": %.2f, "
-        "\"decode_bandwidth_fraction\": %.4f}\n",
+        "\"decode_bandwidth_fraction\": %.4f, \"peak_rss_bytes\": %lld}\n",
         options.model.c_str(), config.architecture.c_str(), threads, kernels::matmul_kernel_name(),
         bytes_per_token, bandwidth, static_cast<long long>(options.prompt_tokens), prefill_tps,
-        decode_tps, weight_gbps, weight_gbps / bandwidth);
+        decode_tps, weight_gbps, weight_gbps / bandwidth, static_cast<long long>(peak_rss));
     return 0;
   }
   std::printf("model            %s (%s), %d threads, matmul kernel %s\n", options.model.c_str(),
@@ -118,6 +122,8 @@ int run_bench(const BenchOptions& options) {
   std::printf("decode           %.2f tok/s = %.1f GB/s of weights = %.1f%% of measured bandwidth "
               "(bandwidth limit %.2f tok/s)\n",
               decode_tps, weight_gbps, 100.0 * weight_gbps / bandwidth, limit_tps);
+  std::printf("peak memory      %.1f MiB resident (model, cache and buffers)\n",
+              static_cast<double>(peak_rss) / (1024.0 * 1024.0));
   return 0;
 }
 

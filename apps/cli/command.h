@@ -29,5 +29,6 @@ void add_serve_command(CLI::App& app, CommandList& commands);
 void add_recommend_command(CLI::App& app, CommandList& commands);
 void add_report_command(CLI::App& app, CommandList& commands);
 void add_eval_command(CLI::App& app, CommandList& commands);
+void add_compare_command(CLI::App& app, CommandList& commands);
 
 }  // namespace lowbit::cli

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   cli::add_recommend_command(app, commands);
   cli::add_report_command(app, commands);
   cli::add_eval_command(app, commands);
+  cli::add_compare_command(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -1,13 +1,12 @@
 #include "quant/pipeline/oneshot.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/log.h"
+#include "core/memory_usage.h"
 #include "eval/perplexity.h"
 #include "lowbit/error.h"
 #include "models/layer_runner.h"
@@ -28,12 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-int64_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
 
 int64_t weight_bytes(const fs::path& dir) {
   int64_t total = 0;
