@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "core/memory_usage.h"
+#include "device.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "kernels/matmul.h"
@@ -29,6 +30,7 @@ struct BenchOptions {
   int64_t decode_tokens = 64;
   int repeats = 3;
   bool json = false;
+  std::string device = "cpu";
 };
 
 double now_seconds() {
@@ -55,7 +57,11 @@ int run_bench(const BenchOptions& options) {
   apply_threads(options.threads);
   LOWBIT_CHECK(options.prompt_tokens >= 1 && options.decode_tokens >= 2 && options.repeats >= 1,
                "bench: --prompt-tokens >= 1, --decode-tokens >= 2 and --repeats >= 1 are required");
-  auto model = models::Model::load(options.model, prepare_model_load(options.load));
+  auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
+  if (use_cuda(options.device)) {
+    return run_bench_cuda(*model, {options.model, options.prompt_tokens, options.decode_tokens,
+                                   options.repeats, options.json});
+  }
   const auto& config = model->config();
   const double bytes_per_token = weight_bytes_per_token(options.model, config);
   const int threads = omp_get_max_threads();
@@ -141,6 +147,7 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   sub->add_option("--decode-tokens", options->decode_tokens, "Decode steps")->capture_default_str();
   sub->add_option("--repeats", options->repeats, "Repetitions (best is reported)")->capture_default_str();
   sub->add_flag("--json", options->json, "Print one JSON record");
+  add_device_option(sub, options->device);
   // Listed before bench itself: main() runs the first parsed command, and `bench serve` parses both.
   add_bench_serve_command(*sub, commands);
   commands.push_back({sub, [options] { return run_bench(*options); }});

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "device.h"
 #include "lowbit/error.h"
 #include "models/model.h"
 #include "options.h"
@@ -23,6 +24,7 @@ struct GenerateOptions {
   bool output_ids = false;
   bool stats = false;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 // Sampling defaults: greedy, unless the model's generation_config.json asks for sampling
@@ -42,7 +44,7 @@ runtime::SamplingParams default_sampling(const models::ModelConfig& config) {
 
 int run_generate(const GenerateOptions& options, const CLI::App& app) {
   apply_threads(options.threads);
-  auto model = models::Model::load(options.model, prepare_model_load(options.load));
+  auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
   auto tokenizer = load_tokenizer_if_present(options.model);
   runtime::GenerationRequest request;
   request.prompt_ids = resolve_prompt(options.prompt, options.model, tokenizer.get());
@@ -62,13 +64,15 @@ int run_generate(const GenerateOptions& options, const CLI::App& app) {
   request.ignore_eos = options.ignore_eos;
 
   const bool print_text = tokenizer && !options.output_ids;
-  runtime::Generator generator(*model, tokenizer.get());
-  auto result = generator.generate(request, [&](int32_t, const std::string& text) {
+  auto print = [&](int32_t, const std::string& text) {
     if (print_text && !text.empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     }
-  });
+  };
+  auto result = use_cuda(options.device)
+                    ? generate_cuda(*model, tokenizer.get(), request, print)
+                    : runtime::Generator(*model, tokenizer.get()).generate(request, print);
   if (print_text) std::fputc('\n', stdout);
   if (!print_text) std::printf("%s\n", format_id_list(result.output_ids).c_str());
   if (options.stats) {
@@ -106,6 +110,7 @@ void add_generate_command(CLI::App& app, CommandList& commands) {
   sub->add_flag("--stats", options->stats, "Print prefill and decode speed to stderr");
   add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
+  add_device_option(sub, options->device);
   commands.push_back({sub, [options, sub] { return run_generate(*options, *sub); }});
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "device.h"
 #include "eval/perplexity.h"
 #include "lowbit/error.h"
 #include "models/model.h"
@@ -24,6 +25,7 @@ struct PplOptions {
   int64_t max_windows = 0;
   bool json = false;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 // Reads a text file the way Python's open() in text mode does (the reference protocol was run
@@ -49,7 +51,7 @@ std::string read_text_file(const std::string& path) {
 
 int run_ppl(const PplOptions& options) {
   apply_threads(options.threads);
-  auto model = models::Model::load(options.model, prepare_model_load(options.load));
+  auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
   auto tokenizer = load_tokenizer_if_present(options.model);
   LOWBIT_CHECK(tokenizer != nullptr, options.model + " has no tokenizer.json: ppl needs one");
   std::vector<int32_t> tokens = tokenizer->encode(read_text_file(options.text_file), false);
@@ -64,10 +66,13 @@ int run_ppl(const PplOptions& options) {
   }
   // A progress line only for a person watching a terminal, not in logs or pipes.
   const bool show_progress = !options.json && isatty(fileno(stderr));
-  auto result = eval::perplexity(*model, tokens, ppl_options, [&](int64_t done, int64_t total) {
+  auto progress = [&](int64_t done, int64_t total) {
     if (show_progress) std::fprintf(stderr, "\rwindow %lld/%lld", static_cast<long long>(done),
                                     static_cast<long long>(total));
-  });
+  };
+  auto result = use_cuda(options.device)
+                    ? perplexity_cuda(*model, tokens, ppl_options, progress)
+                    : eval::perplexity(*model, tokens, ppl_options, progress);
   if (show_progress) std::fputc('\n', stderr);
   if (options.json) {
     std::printf(
@@ -99,6 +104,7 @@ void add_ppl_command(CLI::App& app, CommandList& commands) {
   sub->add_flag("--json", options->json, "Print one JSON object");
   add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
+  add_device_option(sub, options->device);
   commands.push_back({sub, [options] { return run_ppl(*options); }});
 }
 

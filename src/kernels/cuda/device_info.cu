@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
 
 namespace lowbit::kernels::cuda {
@@ -19,5 +20,7 @@ std::vector<DeviceInfo> list_devices() {
   }
   return devices;
 }
+
+bool device_available() { return !list_devices().empty(); }
 
 }  // namespace lowbit::kernels::cuda

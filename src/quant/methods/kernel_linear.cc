@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,6 +20,10 @@ namespace lowbit::quant {
 
 enum class Family { Wna16, W8a8, Fp8, Dequant };
 
+namespace {
+std::atomic<bool> keep_canonical_weights{false};
+}  // namespace
+
 struct KernelLinear::State {
   Family family = Family::Dequant;
   int64_t rows = 0, cols = 0;
@@ -30,6 +35,9 @@ struct KernelLinear::State {
   std::shared_ptr<const kernels::Fp8Packed> fp8;
   Tensor dense;  // dequant: the weight in the model dtype
   std::string name;
+  // Only with set_keep_canonical_weights(true): the weights as the format decoded them.
+  std::shared_ptr<const kernels::IntWeights> canonical_int;
+  std::shared_ptr<const kernels::Fp8Weights> canonical_fp8;
 };
 
 namespace {
@@ -224,6 +232,7 @@ void KernelLinear::finish_int(const LayerParams& layer, kernels::IntWeights weig
   s.rows = weights.rows;
   s.cols = weights.cols;
   s.input = input;
+  if (keep_canonical_weights.load()) s.canonical_int = std::make_shared<const kernels::IntWeights>(weights);
   // Inputs quantized to something other than int8 (W4AFP8: fp8) run on wna16 with the input
   // quantization emulated, like every other non-int8 input.
   const std::vector<Family> chain =
@@ -252,6 +261,7 @@ void KernelLinear::finish_fp8(const LayerParams& layer, kernels::Fp8Weights weig
   s.rows = weights.rows;
   s.cols = weights.cols;
   s.input = input;
+  if (keep_canonical_weights.load()) s.canonical_fp8 = std::make_shared<const kernels::Fp8Weights>(weights);
   select(layer, {Family::Fp8, Family::Dequant}, [&](Family f) {
     if (f == Family::Fp8) {
       s.fp8 = kernels::pack_fp8(weights);
@@ -298,6 +308,11 @@ void KernelLinear::apply(const float* x, int64_t rows, const float* bias, float*
 }
 
 std::string KernelLinear::kernel_name() const { return state_->name; }
+
+void KernelLinear::set_keep_canonical_weights(bool keep) { keep_canonical_weights.store(keep); }
+const kernels::IntWeights* KernelLinear::int_weights() const { return state_->canonical_int.get(); }
+const kernels::Fp8Weights* KernelLinear::fp8_weights() const { return state_->canonical_fp8.get(); }
+const std::optional<InputQuant>& KernelLinear::input_quant() const { return state_->input; }
 
 Tensor KernelLinear::dequantized_weight() const {
   const State& s = *state_;

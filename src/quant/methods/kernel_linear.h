@@ -46,6 +46,16 @@ class KernelLinear : public LinearMethod {
   Tensor dequantized_weight() const override;
   size_t weight_bytes() const override;
 
+  // The layer's weights in the canonical form, for a backend that repacks them for another device
+  // (the GPU backend, src/gpu). Kept only for layers loaded while set_keep_canonical_weights(true)
+  // is in effect, since the copy costs host memory (a byte per weight plus the scales); null
+  // otherwise, and null for schemes that reach the dequant kernel directly (fp4, mx, ...).
+  static void set_keep_canonical_weights(bool keep);
+  const kernels::IntWeights* int_weights() const;
+  const kernels::Fp8Weights* fp8_weights() const;
+  // How the scheme quantizes the layer's input (none for weight-only schemes).
+  const std::optional<InputQuant>& input_quant() const;
+
  protected:
   void finish_int(const LayerParams& layer, kernels::IntWeights weights,
                   std::optional<InputQuant> input);

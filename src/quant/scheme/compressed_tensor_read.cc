@@ -1,5 +1,6 @@
 // Reading a compressed-tensors Linear weight back into dequantized values, as the 0.19.0
 // decompressors compute them (and, unlike 0.19, also the pre-0.17 packing and weight_g_idx).
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -128,9 +129,17 @@ std::vector<int32_t> read_g_idx(const Reader& rd, int64_t cols) {
   if (!rd.has("weight_g_idx")) return {};
   Tensor t = rd.get("weight_g_idx", {DType::I32, DType::I64});
   rd.check_shape(t, "weight_g_idx", {cols});
-  Tensor f = t.to_f32();  // group indices are small: exact in fp32
+  // Read as integers (not through fp32: a corrupt index as large as 2^31 must be an error naming
+  // the tensor, not an out-of-range conversion).
   std::vector<int32_t> g(static_cast<size_t>(cols));
-  for (int64_t i = 0; i < cols; ++i) g[static_cast<size_t>(i)] = static_cast<int32_t>(f.data_as<float>()[i]);
+  for (int64_t i = 0; i < cols; ++i) {
+    const int64_t v = t.dtype() == DType::I64 ? t.data_as<int64_t>()[i]
+                                               : static_cast<int64_t>(t.data_as<int32_t>()[i]);
+    LOWBIT_CHECK(v >= 0 && v <= INT32_MAX,
+                 rd.src.description + ": tensor '" + rd.full("weight_g_idx") + "' element " +
+                     std::to_string(i) + " is " + std::to_string(v) + ", not a group index");
+    g[static_cast<size_t>(i)] = static_cast<int32_t>(v);
+  }
   return g;
 }
 

@@ -1,0 +1,253 @@
+#include "device.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <random>
+
+#include "lowbit/error.h"
+#include "models/model.h"
+#include "runtime/sampler.h"
+#include "runtime/stop_strings.h"
+#include "tokenizer/decode_stream.h"
+#include "tokenizer/tokenizer.h"
+
+#ifdef LOWBIT_CUDA_BACKEND
+#include "gpu/gpu_model.h"
+#endif
+
+namespace lowbit::cli {
+
+void add_device_option(CLI::App* app, std::string& device) {
+  app->add_option("--device", device, "Where the model runs: cpu, or cuda (the GPU backend)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+bool use_cuda(const std::string& device) {
+  if (device != "cuda") return false;
+#ifndef LOWBIT_CUDA_BACKEND
+  throw Unsupported("--device cuda: this lowbit was built without the CUDA backend "
+                    "(configure with -DLOWBIT_CUDA=ON on a machine with nvcc)");
+#else
+  return true;
+#endif
+}
+
+#ifndef LOWBIT_CUDA_BACKEND
+
+namespace {
+[[noreturn]] void no_backend() {
+  throw Unsupported("--device cuda: this lowbit was built without the CUDA backend");
+}
+}  // namespace
+
+std::unique_ptr<models::Model> load_model_on(const std::string& device, const std::string& dir,
+                                             const models::LoadOptions& options) {
+  if (use_cuda(device)) no_backend();
+  return models::Model::load(dir, options);
+}
+runtime::GenerationResult generate_cuda(const models::Model&, const Tokenizer*,
+                                        const runtime::GenerationRequest&,
+                                        const runtime::TokenCallback&) {
+  no_backend();
+}
+eval::PerplexityResult perplexity_cuda(const models::Model&, const std::vector<int32_t>&,
+                                       const eval::PerplexityOptions&,
+                                       const std::function<void(int64_t, int64_t)>&) {
+  no_backend();
+}
+int run_bench_cuda(const models::Model&, const CudaBenchOptions&) { no_backend(); }
+
+#else  // LOWBIT_CUDA_BACKEND
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::unique_ptr<models::Model> load_model_on(const std::string& device, const std::string& dir,
+                                             const models::LoadOptions& options) {
+  if (use_cuda(device)) return gpu::load_model_for_gpu(dir, options, /*device=*/0);
+  return models::Model::load(dir, options);
+}
+
+// The loop of runtime::Generator::generate (runtime/generator.cc) over a GpuModel.
+runtime::GenerationResult generate_cuda(const models::Model& model, const Tokenizer* tokenizer,
+                                        const runtime::GenerationRequest& request,
+                                        const runtime::TokenCallback& on_token) {
+  LOWBIT_CHECK(!request.prompt_ids.empty(), "the prompt is empty: give at least one token");
+  LOWBIT_CHECK(request.max_new_tokens >= 0, "max_new_tokens must be >= 0");
+  LOWBIT_CHECK(request.stop.empty() || tokenizer != nullptr,
+               "stop strings need a tokenizer, and this model has none");
+  gpu::GpuModelOptions gpu_options;
+  gpu_options.max_seq_len = static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens;
+  auto gpu = gpu::GpuModel::load(model, gpu_options);
+  gpu::GpuSequence sequence = gpu->new_sequence();
+
+  runtime::GenerationResult result;
+  runtime::Sampler sampler(request.sampling);
+  runtime::StopStringMatcher stops(request.stop);
+  std::optional<DecodeStream> stream;
+  if (tokenizer) stream.emplace(*tokenizer, /*skip_special_tokens=*/true, request.prompt_ids);
+  std::vector<int32_t> context = request.prompt_ids;
+  const int64_t vocab = model.config().vocab_size;
+
+  auto start = std::chrono::steady_clock::now();
+  Tensor logits = gpu->forward(request.prompt_ids, sequence, /*all_logits=*/false);
+  result.prefill_seconds = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  for (int32_t step = 0; step < request.max_new_tokens; ++step) {
+    if (step > 0) {
+      if (model.needs_reprefill(sequence.length(), static_cast<int64_t>(context.size()))) {
+        sequence.clear();  // positions changed meaning (Phi3 longrope): recompute the cache
+        logits = gpu->forward(context, sequence, false);
+      } else {
+        logits = gpu->forward(std::span<const int32_t>(&context.back(), 1), sequence, false);
+      }
+    }
+    std::span<float> row(logits.data_as<float>(), static_cast<size_t>(vocab));
+    const int32_t id = sampler.sample(row, context);
+    context.push_back(id);
+    result.output_ids.push_back(id);
+    const bool is_eos = !request.ignore_eos && std::find(request.eos_ids.begin(),
+                                                         request.eos_ids.end(), id) != request.eos_ids.end();
+    std::string piece;
+    if (stream && !is_eos) piece = stops.push(stream->step(id));
+    result.text += piece;
+    if (on_token) on_token(id, piece);
+    if (is_eos || stops.stopped()) {
+      result.finish_reason = runtime::FinishReason::STOP;
+      break;
+    }
+  }
+  if (stream && !stops.stopped()) {
+    std::string tail = stops.push(stream->flush());
+    tail += stops.flush();
+    result.text += tail;
+    if (on_token && !tail.empty()) on_token(-1, tail);
+  }
+  result.decode_seconds = seconds_since(start);
+  return result;
+}
+
+eval::PerplexityResult perplexity_cuda(const models::Model& model,
+                                       const std::vector<int32_t>& tokens,
+                                       const eval::PerplexityOptions& options,
+                                       const std::function<void(int64_t, int64_t)>& progress) {
+  const std::vector<std::vector<int32_t>> windows = eval::perplexity_windows(tokens, options);
+  gpu::GpuModelOptions gpu_options;
+  gpu_options.max_seq_len = options.context;
+  auto gpu = gpu::GpuModel::load(model, gpu_options);
+  gpu::GpuSequence sequence = gpu->new_sequence();
+  const int64_t vocab = model.config().vocab_size;
+  eval::PerplexityResult result;
+  const auto start = std::chrono::steady_clock::now();
+  const auto count = static_cast<int64_t>(windows.size());
+  for (int64_t w = 0; w < count; ++w) {
+    const std::vector<int32_t>& window = windows[static_cast<size_t>(w)];
+    sequence.clear();
+    const Tensor logits = gpu->forward(window, sequence, /*all_logits=*/true);
+    const float* data = logits.data_as<const float>();
+    for (size_t t = 0; t + 1 < window.size(); ++t) {
+      result.total_nll += eval::negative_log_likelihood(data + static_cast<int64_t>(t) * vocab,
+                                                        vocab, window[t + 1]);
+      ++result.scored_tokens;
+    }
+    ++result.windows;
+    if (progress) progress(w + 1, count);
+  }
+  result.perplexity = std::exp(result.total_nll / static_cast<double>(result.scored_tokens));
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) {
+  const models::ModelConfig& config = model.config();
+  gpu::GpuModelOptions gpu_options;
+  gpu_options.max_seq_len = std::max<int64_t>(options.prompt_tokens, 8) + options.decode_tokens;
+  auto gpu = gpu::GpuModel::load(model, gpu_options);
+  const double bandwidth = gpu::measure_device_read_bandwidth_gbps(0);
+  constexpr double kSpecGbps = 4800.0;  // H200 HBM3e
+
+  std::mt19937 rng(0);
+  std::uniform_int_distribution<int32_t> any_token(
+      0, static_cast<int32_t>(std::min<int64_t>(config.vocab_size, 8192)) - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(options.prompt_tokens, 8)));
+  for (auto& id : prompt) id = any_token(rng);
+  const std::span<const int32_t> full(prompt.data(), static_cast<size_t>(options.prompt_tokens));
+  gpu::GpuSequence sequence = gpu->new_sequence();
+
+  double prefill_best = 1e30;
+  for (int r = 0; r <= options.repeats; ++r) {  // round 0 warms up (cuBLASLt plans)
+    sequence.clear();
+    const double start = now_seconds();
+    gpu->forward(full, sequence, /*all_logits=*/false);
+    if (r > 0) prefill_best = std::min(prefill_best, now_seconds() - start);
+  }
+  // Decode after an 8-token prompt, with a host argmax per step like the CPU bench; round 0 warms
+  // up (plans, CUDA graph capture), and the first step of each round is excluded.
+  double decode_best = 1e30;
+  for (int r = 0; r <= options.repeats; ++r) {
+    sequence.clear();
+    Tensor logits = gpu->forward(std::span<const int32_t>(prompt.data(), 8), sequence, false);
+    int32_t next = runtime::argmax({logits.data_as<const float>(), static_cast<size_t>(config.vocab_size)});
+    double start = now_seconds();
+    for (int64_t step = 0; step < options.decode_tokens; ++step) {
+      if (step == 1) start = now_seconds();
+      logits = gpu->forward(std::span<const int32_t>(&next, 1), sequence, false);
+      next = runtime::argmax({logits.data_as<const float>(), static_cast<size_t>(config.vocab_size)});
+    }
+    const double per_step = (now_seconds() - start) / static_cast<double>(options.decode_tokens - 1);
+    if (r > 0) decode_best = std::min(decode_best, per_step);
+  }
+  const double bytes = gpu->weight_bytes_per_token();
+  const double prefill_tps = static_cast<double>(options.prompt_tokens) / prefill_best;
+  const double decode_tps = 1.0 / decode_best;
+  const double weight_gbps = bytes * decode_tps / 1e9;
+  const double limit_tps = bandwidth * 1e9 / bytes;
+  const double spec_limit_tps = kSpecGbps * 1e9 / bytes;
+  if (options.json) {
+    std::printf(
+        "{\"model\": \"%s\", \"architecture\": \"%s\", \"device\": \"%s\", \"kernels\": \"%s\", "
+        "\"weight_bytes_per_token\": %.0f, \"device_bandwidth_gbps\": %.2f, "
+        "\"spec_bandwidth_gbps\": %.0f, \"prefill_tokens\": %lld, \"prefill_tps\": %.2f, "
+        "\"decode_tps\": %.2f, \"decode_weight_gbps\": %.2f, \"decode_bandwidth_fraction\": %.4f, "
+        "\"decode_spec_fraction\": %.4f, \"weight_device_bytes\": %zu, \"kv_cache_device_bytes\": %zu}\n",
+        options.model_dir.c_str(), config.architecture.c_str(), gpu->device_name().c_str(),
+        gpu->describe().c_str(), bytes, bandwidth, kSpecGbps,
+        static_cast<long long>(options.prompt_tokens), prefill_tps, decode_tps, weight_gbps,
+        weight_gbps / bandwidth, weight_gbps / kSpecGbps, gpu->weight_device_bytes(),
+        gpu->kv_cache_device_bytes());
+    return 0;
+  }
+  std::printf("model            %s (%s) on %s\n", options.model_dir.c_str(),
+              config.architecture.c_str(), gpu->device_name().c_str());
+  std::printf("kernels          %s\n", gpu->describe().c_str());
+  std::printf("weights/token    %.3f GB read per decode step\n", bytes / 1e9);
+  std::printf("device bandwidth %.1f GB/s read (streaming kernel, this run); spec %.0f GB/s\n",
+              bandwidth, kSpecGbps);
+  std::printf("prefill          %lld tokens: %.1f tok/s (%.4f s)\n",
+              static_cast<long long>(options.prompt_tokens), prefill_tps, prefill_best);
+  std::printf("decode           %.2f tok/s = %.1f GB/s of weights = %.1f%% of measured bandwidth "
+              "(limit %.1f tok/s; %.1f%% of spec, limit %.1f tok/s)\n",
+              decode_tps, weight_gbps, 100.0 * weight_gbps / bandwidth, limit_tps,
+              100.0 * weight_gbps / kSpecGbps, spec_limit_tps);
+  std::printf("device memory    %.1f MiB weights, %.1f MiB KV cache\n",
+              static_cast<double>(gpu->weight_device_bytes()) / (1024.0 * 1024.0),
+              static_cast<double>(gpu->kv_cache_device_bytes()) / (1024.0 * 1024.0));
+  return 0;
+}
+
+#endif  // LOWBIT_CUDA_BACKEND
+
+}  // namespace lowbit::cli

@@ -1,0 +1,58 @@
+// --device cpu|cuda for generate, bench and ppl, and what those commands run on the GPU backend
+// (src/gpu). In a build without the CUDA backend (LOWBIT_CUDA_BACKEND undefined) every cuda entry
+// point throws Unsupported("... built without the CUDA backend").
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eval/perplexity.h"
+#include "runtime/generator.h"
+
+namespace lowbit {
+class Tokenizer;
+namespace models {
+class Model;
+struct LoadOptions;
+}  // namespace models
+}  // namespace lowbit
+
+namespace lowbit::cli {
+
+void add_device_option(CLI::App* app, std::string& device);
+
+// True for "cuda" (after checking that this build has the backend), false for "cpu".
+bool use_cuda(const std::string& device);
+
+// Model::load, or on cuda the load the GPU backend needs (device checked first, quantized layers
+// keep their canonical weights).
+std::unique_ptr<models::Model> load_model_on(const std::string& device, const std::string& dir,
+                                             const models::LoadOptions& options);
+
+// runtime::Generator::generate on the GPU: same stopping rules, sampling and streaming.
+runtime::GenerationResult generate_cuda(const models::Model& model, const Tokenizer* tokenizer,
+                                        const runtime::GenerationRequest& request,
+                                        const runtime::TokenCallback& on_token);
+
+// eval::perplexity on the GPU: the same windows and per-token NLL.
+eval::PerplexityResult perplexity_cuda(const models::Model& model,
+                                       const std::vector<int32_t>& tokens,
+                                       const eval::PerplexityOptions& options,
+                                       const std::function<void(int64_t, int64_t)>& progress);
+
+struct CudaBenchOptions {
+  std::string model_dir;
+  int64_t prompt_tokens = 512;
+  int64_t decode_tokens = 64;
+  int repeats = 3;
+  bool json = false;
+};
+
+// `lowbit bench --device cuda`: prefill and decode tok/s beside the device memory bandwidth
+// measured in the same run (and the H200's 4.8 TB/s spec).
+int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options);
+
+}  // namespace lowbit::cli

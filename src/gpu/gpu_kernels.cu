@@ -1,0 +1,82 @@
+#include "gpu/gpu_kernels.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace lowbit::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float bf16_bits_to_float(uint16_t bits) {
+  return __bfloat162float(__ushort_as_bfloat16(bits));
+}
+
+__device__ inline uint16_t float_to_bf16_bits(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+__global__ void scale_kernel(uint16_t* x, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = float_to_bf16_bits(bf16_bits_to_float(x[i]) * scale);
+  }
+}
+
+__global__ void silu_mul_kernel(const uint16_t* gate, const uint16_t* up, int64_t total,
+                                uint16_t* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = bf16_bits_to_float(gate[i]);
+    const float u = bf16_bits_to_float(up[i]);
+    out[i] = float_to_bf16_bits(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+__global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(data + i);  // streaming: do not keep the lines in L2
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  // One word per block; the XOR of all threads is irrelevant, only that it depends on every read.
+  __shared__ uint32_t block_acc;
+  if (threadIdx.x == 0) block_acc = 0;
+  __syncthreads();
+  atomicXor(&block_acc, acc);
+  __syncthreads();
+  if (threadIdx.x == 0) sink[blockIdx.x] = block_acc;
+}
+
+int grid_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+}  // namespace
+
+void scale_bf16(uint16_t* x, int64_t n, float scale, cudaStream_t stream) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, scale);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul_split(const uint16_t* gate, const uint16_t* up, int64_t rows, int64_t n,
+                    uint16_t* out, cudaStream_t stream) {
+  const int64_t total = rows * n;
+  if (total <= 0) return;
+  silu_mul_kernel<<<grid_for(total), kThreads, 0, stream>>>(gate, up, total, out);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+void read_probe(const void* data, size_t bytes, uint32_t* sink, int blocks, cudaStream_t stream) {
+  read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(data),
+                                               static_cast<int64_t>(bytes / 16), sink);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lowbit::gpu

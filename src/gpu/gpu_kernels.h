@@ -1,0 +1,24 @@
+// The few device kernels the GPU model needs beyond src/kernels/cuda (internal to src/gpu). Same
+// conventions: bf16 as raw bit patterns, fp32 math, one rounding per output, asynchronous on
+// `stream`, nothing allocated.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lowbit::gpu {
+
+// x[i] = bf16(x[i] · scale): the embedding scale (Gemma's sqrt(hidden)) on gathered rows.
+void scale_bf16(uint16_t* x, int64_t n, float scale, cudaStream_t stream);
+
+// out[r][i] = bf16(silu(gate[r][i]) · up[r][i]) for separate dense gate and up [rows, n]: the MLP
+// of layers whose gate and up projections are not fused (quantized ones).
+void silu_mul_split(const uint16_t* gate, const uint16_t* up, int64_t rows, int64_t n,
+                    uint16_t* out, cudaStream_t stream);
+
+// Reads `bytes` (a multiple of 16) of device memory once with 16-byte loads and writes one word
+// per block to `sink` (so the reads cannot be optimized away): a read-bandwidth probe.
+void read_probe(const void* data, size_t bytes, uint32_t* sink, int blocks, cudaStream_t stream);
+
+}  // namespace lowbit::gpu

@@ -1,0 +1,317 @@
+#include "gpu/gpu_linear.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/float_convert.h"
+#include "lowbit/error.h"
+#include "quant/methods/kernel_linear.h"
+
+namespace lowbit::gpu {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+std::vector<uint16_t> bias_bits(const std::vector<float>& bias, int64_t n) {
+  std::vector<uint16_t> out(static_cast<size_t>(n), 0);
+  for (size_t i = 0; i < bias.size(); ++i) out[i] = f32_to_bf16(bias[i]);
+  return out;
+}
+
+// (code - zero) · scale in fp32, rounded to bf16 once: what the CPU's dequant kernel computes
+// before rounding to the model dtype.
+std::vector<uint16_t> dequantize_bits(const kernels::IntWeights& w) {
+  std::vector<uint16_t> out(static_cast<size_t>(w.rows * w.cols));
+  const int64_t groups = w.groups();
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const int64_t g = w.group_of(c);
+      const size_t i = static_cast<size_t>(r * w.cols + c);
+      out[i] = f32_to_bf16((static_cast<float>(w.codes[i]) - w.zero(r, g)) *
+                           w.scales[static_cast<size_t>(r * groups + g)]);
+    }
+  }
+  return out;
+}
+
+std::vector<uint16_t> dequantize_bits(const kernels::Fp8Weights& w) {
+  std::vector<uint16_t> out(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const size_t i = static_cast<size_t>(r * w.cols + c);
+      out[i] = f32_to_bf16(fp8_e4m3_to_f32(w.codes[i]) * w.scale(r, c));
+    }
+  }
+  return out;
+}
+
+std::string describe_input(const quant::InputQuant& in) {
+  const quant::QuantArgs& a = in.args;
+  return std::string(a.type == quant::QuantType::Float ? "float" : "int") +
+         std::to_string(a.num_bits) + " " + quant::to_string(a.strategy) +
+         (a.is_dynamic() ? " dynamic" : " static") + (a.symmetric ? "" : " asymmetric");
+}
+
+// The CPU's fp8 input quantization schemes that act_quant.h implements.
+bool fp8_activations(const quant::InputQuant& in, int64_t cols, kc::Fp8Activations& act) {
+  const quant::QuantArgs& a = in.args;
+  if (a.type != quant::QuantType::Float || a.num_bits != 8 || !a.symmetric) return false;
+  if (!a.is_dynamic()) {
+    if (a.strategy != quant::Strategy::Tensor) return false;
+    act.scheme = kc::Fp8ActScheme::PER_TENSOR_STATIC;
+    act.static_scale = in.static_scale;
+    return true;
+  }
+  switch (a.strategy) {
+    case quant::Strategy::Token: act.scheme = kc::Fp8ActScheme::PER_TOKEN; return true;
+    case quant::Strategy::Tensor: act.scheme = kc::Fp8ActScheme::PER_TENSOR_DYNAMIC; return true;
+    case quant::Strategy::Group:
+      if (a.group_size <= 0 || cols % a.group_size != 0) return false;
+      act.scheme = kc::Fp8ActScheme::PER_GROUP;
+      act.group_size = a.group_size;
+      return true;
+    default: return false;
+  }
+}
+
+// As the CPU's w8a8 family reads the scheme (kernel_linear.cc).
+bool int8_activations(const quant::InputQuant& in, kernels::Int8Activations& act) {
+  const quant::QuantArgs& a = in.args;
+  if (a.type != quant::QuantType::Int || a.num_bits != 8) return false;
+  if (a.is_dynamic()) {
+    if (a.strategy != quant::Strategy::Token || !a.symmetric) return false;
+    act.dynamic = true;
+    return true;
+  }
+  if (a.strategy != quant::Strategy::Tensor) return false;
+  act.dynamic = false;
+  act.static_scale = in.static_scale;
+  act.static_zero = static_cast<int32_t>(in.static_zero);
+  return true;
+}
+
+[[noreturn]] void unsupported(const std::string& name, const std::string& method,
+                              const std::string& kernel, const std::string& why) {
+  throw Unsupported("--device cuda: " + name + " (" + method + ", CPU kernel " + kernel +
+                    "): " + why);
+}
+
+}  // namespace
+
+std::vector<uint16_t> to_bf16_bits(const Tensor& weight) {
+  std::vector<uint16_t> out(static_cast<size_t>(weight.numel()));
+  if (weight.dtype() == DType::BF16) {
+    std::memcpy(out.data(), weight.data(), out.size() * sizeof(uint16_t));
+    return out;
+  }
+  const Tensor f = weight.to_f32();
+  const float* v = f.data_as<const float>();
+  for (size_t i = 0; i < out.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+
+GpuLinear GpuLinear::fused_dense(const std::vector<const models::Linear*>& parts,
+                                 const std::string& name) {
+  GpuLinear g;
+  g.k_ = parts.front()->in_features();
+  bool any_bias = false;
+  for (const models::Linear* p : parts) {
+    LOWBIT_CHECK_AS(Internal, !p->method && !p->input_quant && p->in_features() == g.k_,
+                    "fused_dense: " + name + " has a part that is not dense");
+    g.n_ += p->out_features();
+    any_bias = any_bias || !p->bias.empty();
+  }
+  std::vector<uint16_t> weight;
+  weight.reserve(static_cast<size_t>(g.n_ * g.k_));
+  std::vector<uint16_t> bias;
+  for (const models::Linear* p : parts) {
+    const std::vector<uint16_t> w = to_bf16_bits(p->weight);
+    weight.insert(weight.end(), w.begin(), w.end());
+    const std::vector<uint16_t> b = bias_bits(p->bias, p->out_features());
+    bias.insert(bias.end(), b.begin(), b.end());
+  }
+  g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(weight));
+  g.weight_ptr_ = g.weight_.data();
+  if (any_bias) g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias));
+  return g;
+}
+
+GpuLinear GpuLinear::from(const models::Linear& linear, const std::string& name,
+                          const std::string& method_name) {
+  if (!linear.method) {
+    if (linear.input_quant) {
+      throw Unsupported("--device cuda: " + name + " has emulated input quantization (" +
+                        quant::to_string(linear.input_quant->strategy) +
+                        "), which the GPU backend does not run");
+    }
+    return fused_dense({&linear}, name);
+  }
+  const std::string kernel = linear.method->kernel_name();
+  const auto* method = dynamic_cast<const quant::KernelLinear*>(linear.method.get());
+  if (method == nullptr) {
+    unsupported(name, method_name, kernel, "this quantization method has no GPU kernel");
+  }
+  GpuLinear g;
+  g.n_ = linear.out_features();
+  g.k_ = linear.in_features();
+  if (!linear.bias.empty()) {
+    g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias_bits(linear.bias, g.n_)));
+  }
+  const std::optional<quant::InputQuant>& input = method->input_quant();
+  auto dense_from = [&](std::vector<uint16_t> bits) {
+    g.kind_ = Kind::DENSE;
+    g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bits));
+    g.weight_ptr_ = g.weight_.data();
+  };
+  if (const kernels::IntWeights* iw = method->int_weights()) {
+    if (!input) {
+      if (iw->bits == 4 || iw->bits == 8) {
+        g.kind_ = Kind::WNA16;
+        g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(kc::pack_wna16_for_gpu(*iw));
+      } else {
+        dense_from(dequantize_bits(*iw));  // other widths: exact weights in bf16
+      }
+      return g;
+    }
+    if (!int8_activations(*input, g.int8_act_)) {
+      unsupported(name, method_name, kernel,
+                  "int weights with " + describe_input(*input) + " inputs have no GPU kernel");
+    }
+    g.kind_ = Kind::W8A8_INT;
+    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(kc::pack_int8_for_gpu(*iw));
+    return g;
+  }
+  if (const kernels::Fp8Weights* fw = method->fp8_weights()) {
+    if (!input) {
+      dense_from(dequantize_bits(*fw));
+      return g;
+    }
+    if (!fp8_activations(*input, g.k_, g.fp8_act_)) {
+      unsupported(name, method_name, kernel,
+                  "fp8 weights with " + describe_input(*input) + " inputs have no GPU kernel");
+    }
+    g.kind_ = Kind::W8A8_FP8;
+    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(kc::pack_fp8_for_gpu(*fw));
+    return g;
+  }
+  if (kernel.rfind("dequant", 0) != 0) {
+    throw InvalidArgument("--device cuda: " + name + " (" + kernel +
+                          ") kept no canonical weights: load the CPU model with "
+                          "gpu::load_model_for_gpu (or KernelLinear::set_keep_canonical_weights)");
+  }
+  if (input) {
+    unsupported(name, method_name, kernel,
+                "its " + describe_input(*input) + " input quantization has no GPU kernel");
+  }
+  dense_from(to_bf16_bits(linear.method->dequantized_weight()));
+  return g;
+}
+
+GpuLinear GpuLinear::lm_head(const models::Linear& linear, const std::string& method_name,
+                             const uint16_t* shared) {
+  GpuLinear g;
+  g.n_ = linear.out_features();
+  g.k_ = linear.in_features();
+  if (!linear.bias.empty()) {
+    g.bias_f32_ = kc::DeviceBuffer<float>(std::span<const float>(linear.bias));
+  }
+  if (shared != nullptr) {
+    g.weight_ptr_ = shared;
+    return g;
+  }
+  std::vector<uint16_t> bits;
+  if (!linear.method) {
+    if (linear.input_quant) {
+      throw Unsupported("--device cuda: lm_head has emulated input quantization, which the GPU "
+                        "backend does not run");
+    }
+    bits = to_bf16_bits(linear.weight);
+  } else {
+    const auto* method = dynamic_cast<const quant::KernelLinear*>(linear.method.get());
+    const std::string kernel = linear.method->kernel_name();
+    if (method == nullptr) unsupported("lm_head", method_name, kernel, "no GPU kernel");
+    if (method->input_quant()) {
+      unsupported("lm_head", method_name, kernel,
+                  "a quantized LM head input has no GPU kernel (fp32 logits)");
+    }
+    if (const kernels::IntWeights* iw = method->int_weights()) {
+      bits = dequantize_bits(*iw);
+    } else if (const kernels::Fp8Weights* fw = method->fp8_weights()) {
+      bits = dequantize_bits(*fw);
+    } else if (kernel.rfind("dequant", 0) == 0) {
+      bits = to_bf16_bits(linear.method->dequantized_weight());
+    } else {
+      throw InvalidArgument("--device cuda: lm_head (" + kernel +
+                            ") kept no canonical weights: load the CPU model with "
+                            "gpu::load_model_for_gpu");
+    }
+  }
+  g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bits));
+  g.weight_ptr_ = g.weight_.data();
+  return g;
+}
+
+const char* GpuLinear::kernel_name() const {
+  switch (kind_) {
+    case Kind::DENSE: return "bf16";
+    case Kind::WNA16: return wna16_->layout.bits == 4 ? "wna16 (w4a16)" : "wna16 (w8a16)";
+    case Kind::W8A8_FP8: return "w8a8 fp8";
+    case Kind::W8A8_INT: return "w8a8 int8";
+  }
+  return "?";
+}
+
+size_t GpuLinear::device_bytes() const {
+  size_t bytes = bias_.bytes() + bias_f32_.bytes();
+  switch (kind_) {
+    case Kind::DENSE: return bytes + static_cast<size_t>(n_ * k_) * sizeof(uint16_t);
+    case Kind::WNA16: return bytes + wna16_->device_bytes();
+    case Kind::W8A8_FP8:
+    case Kind::W8A8_INT: return bytes + w8a8_->bytes();
+  }
+  return bytes;
+}
+
+size_t GpuLinear::workspace_bytes(int64_t m) const {
+  switch (kind_) {
+    case Kind::DENSE: return 0;
+    case Kind::WNA16: {
+      // The path (and its scratch) changes with m: the largest of the sizes a call may need.
+      size_t bytes = 0;
+      for (int64_t rows : {int64_t{1}, std::min<int64_t>(m, 64), m}) {
+        bytes = std::max(bytes, kc::wna16_workspace_bytes(rows, *wna16_));
+      }
+      return bytes;
+    }
+    case Kind::W8A8_FP8: return kc::w8a8_workspace_bytes(*w8a8_, m, fp8_act_);
+    case Kind::W8A8_INT: return kc::w8a8_workspace_bytes(*w8a8_, m, int8_act_);
+  }
+  return 0;
+}
+
+void GpuLinear::run(kc::BlasLt& blas, const uint16_t* x, int64_t m, uint16_t* y, void* workspace,
+                    size_t workspace_bytes, cudaStream_t stream) const {
+  const uint16_t* bias = bias_.size() > 0 ? bias_.data() : nullptr;
+  switch (kind_) {
+    case Kind::DENSE: kc::gemm_bf16(blas, x, m, k_, weight_ptr_, n_, y, stream, bias); return;
+    case Kind::WNA16:
+      kc::wna16_gemm(x, m, *wna16_, y, workspace, workspace_bytes, stream, bias);
+      return;
+    case Kind::W8A8_FP8:
+      kc::w8a8_gemm(*w8a8_, x, m, fp8_act_, bias, y, workspace, workspace_bytes, stream);
+      return;
+    case Kind::W8A8_INT:
+      kc::w8a8_gemm(*w8a8_, x, m, int8_act_, bias, y, workspace, workspace_bytes, stream);
+      return;
+  }
+}
+
+void GpuLinear::run_f32(kc::BlasLt& blas, const uint16_t* x, int64_t m, float* y,
+                        cudaStream_t stream) const {
+  LOWBIT_CHECK_AS(Internal, kind_ == Kind::DENSE, "GpuLinear::run_f32: not a dense layer");
+  kc::gemm_bf16_f32out(blas, x, m, k_, weight_ptr_, n_, y, stream,
+                       bias_f32_.size() > 0 ? bias_f32_.data() : nullptr);
+}
+
+}  // namespace lowbit::gpu

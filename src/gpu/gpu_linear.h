@@ -1,0 +1,75 @@
+// One linear layer of a GpuModel: y [m, n] = x [m, k] · Wᵀ (+ bias), bf16 in and out, on the kernel
+// its weights call for (gpu_model.h says which). Built once at load from the CPU model's
+// models::Linear (dense or run by a quantization method); internal to src/gpu.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemm_bf16.h"
+#include "kernels/cuda/w8a8_gemm.h"
+#include "kernels/cuda/wna16_gemm.h"
+#include "models/layers/linear.h"
+
+namespace lowbit::gpu {
+
+class GpuLinear {
+ public:
+  enum class Kind : uint8_t { DENSE, WNA16, W8A8_FP8, W8A8_INT };
+
+  GpuLinear() = default;
+  GpuLinear(GpuLinear&&) noexcept = default;
+  GpuLinear& operator=(GpuLinear&&) noexcept = default;
+
+  // Row-wise concatenation of dense layers (fused q/k/v, gate/up); each part must be dense (no
+  // method, no input quantization). Biases: all parts or none have one (absent → zeros).
+  static GpuLinear fused_dense(const std::vector<const models::Linear*>& parts,
+                               const std::string& name);
+  // One layer on the kernel its weights call for. `name` ("layers.3.self_attn.q_proj") and
+  // `method_name` (the checkpoint's quantization) appear in Unsupported messages.
+  static GpuLinear from(const models::Linear& linear, const std::string& name,
+                        const std::string& method_name);
+  // The LM head: always a dense bf16 weight (quantized heads are dequantized: the logits stay
+  // fp32). `shared` non-null: use that device table (a tied embedding) instead of uploading.
+  static GpuLinear lm_head(const models::Linear& linear, const std::string& method_name,
+                           const uint16_t* shared);
+
+  bool empty() const { return n_ == 0; }
+  Kind kind() const { return kind_; }
+  const char* kernel_name() const;
+  int64_t rows() const { return n_; }  // output features
+  int64_t cols() const { return k_; }  // input features
+  size_t device_bytes() const;         // weights (and bias) read by one call
+  bool shares_weight() const { return weight_ptr_ != nullptr && weight_.size() == 0; }
+
+  // Scratch run() needs for up to m rows.
+  size_t workspace_bytes(int64_t m) const;
+
+  void run(kernels::cuda::BlasLt& blas, const uint16_t* x, int64_t m, uint16_t* y,
+           void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
+  // fp32 output (dense only): the LM head.
+  void run_f32(kernels::cuda::BlasLt& blas, const uint16_t* x, int64_t m, float* y,
+               cudaStream_t stream) const;
+
+ private:
+  Kind kind_ = Kind::DENSE;
+  int64_t n_ = 0, k_ = 0;
+  kernels::cuda::DeviceBuffer<uint16_t> weight_;  // dense [n, k] bf16 (empty when shared)
+  const uint16_t* weight_ptr_ = nullptr;          // weight_ or a shared table
+  kernels::cuda::DeviceBuffer<uint16_t> bias_;    // bf16 [n], or empty
+  kernels::cuda::DeviceBuffer<float> bias_f32_;   // the LM head's bias in fp32, or empty
+  std::unique_ptr<kernels::cuda::Wna16GpuWeights> wna16_;
+  std::unique_ptr<kernels::cuda::W8a8GpuWeights> w8a8_;
+  kernels::cuda::Fp8Activations fp8_act_;
+  kernels::Int8Activations int8_act_;
+};
+
+// A dense weight as bf16 bits (F32 / F16 / BF16 tensors; bf16 copied as is, the others rounded to
+// nearest even).
+std::vector<uint16_t> to_bf16_bits(const Tensor& weight);
+
+}  // namespace lowbit::gpu

@@ -1,0 +1,139 @@
+// A whole decoder-only model on one CUDA GPU: the weights of a loaded CPU models::Model uploaded
+// once, a paged KV cache (a block pool shared by the model's GpuSequences) and the forward pass of
+// the CPU decoder (models/decoder.cc) on the kernels of src/kernels/cuda:
+//
+//   x = embed(ids) · embed_scale
+//   per layer: h = RMSNorm_in(x); q, k, v = proj(h) (+ bias); [q/k per-head RMSNorm]; RoPE(q, k);
+//              write k, v into the paged cache; attention (prefill kernel for several tokens,
+//              decode kernel for one); x += o_proj(·); h = RMSNorm_post(x); x += down(silu(gate)·up)
+//   logits = lm_head(RMSNorm_final(x)) in fp32
+//
+// Numerics: activations are bf16 between kernels (each kernel accumulates in fp32 and rounds its
+// output once), the residual stream too, as transformers and vLLM run a bf16 model; logits are fp32
+// from bf16 operands. Dense weights (F32 / F16 / BF16 checkpoints) become bf16. RoPE's cos/sin table
+// comes from the CPU model's own RotaryEmbedding (every rope_type; dynamic / longrope frequencies
+// that change with the call length are recomputed per call exactly as the CPU does).
+//
+// Kernels: dense q/k/v are fused into one GEMM and gate/up into another at load (vLLM's
+// QKVParallelLinear / MergedColumnParallelLinear); quantized layers run the GPU kernel of their
+// canonical weights (quant/methods/kernel_linear.h): int weights with bf16 inputs → wna16 (W4A16 /
+// W8A16), int weights with int8 inputs → w8a8 int8, fp8 weights with fp8 inputs → w8a8 fp8;
+// weight-only fp8, int widths wna16 cannot run and dequant-only schemes become bf16 dense weights
+// (exact up to bf16 rounding of each weight). A scheme whose activation quantization no GPU kernel
+// implements is Unsupported, naming the layer and the method. The quantized CPU model must be
+// loaded with quant::KernelLinear::set_keep_canonical_weights(true) in effect (load_model_for_gpu
+// below does that).
+//
+// Not supported (Unsupported at load, naming what): mixture-of-experts layers, activations other
+// than SiLU, head_dim other than 64 / 128, quantized embeddings, fp8_e5m2 or --calculate-kv-scales
+// KV caches, plugin quantization methods.
+//
+// Threads: a GpuModel runs one forward at a time (one CUDA stream, one set of scratch buffers); use
+// it from one thread. This header has no CUDA types.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "lowbit/tensor.h"
+
+namespace lowbit::models {
+class Model;
+struct LoadOptions;
+}  // namespace lowbit::models
+
+namespace lowbit::gpu {
+
+struct GpuModelOptions {
+  int device = 0;  // CUDA device index
+  // Longest sequence (cached + new tokens) a GpuSequence may reach; sizes the RoPE table, the block
+  // tables and the decode-attention scratch. 0: max_position_embeddings, at most 32768.
+  int64_t max_seq_len = 0;
+  // Tokens per pass through the layers; longer calls run in chunks of this many (exact: each chunk
+  // attends to the cached keys of the previous ones). Sizes the activation scratch.
+  int64_t max_step_tokens = 1024;
+  // KV-cache pool shared by the model's sequences, in tokens. 0: two sequences of max_seq_len.
+  int64_t kv_cache_tokens = 0;
+  int block_size = 16;  // tokens per KV-cache block
+  // Decode steps (one token) replayed from CUDA graphs captured per context-length bucket.
+  bool cuda_graphs = true;
+};
+
+class GpuModel;
+
+// The KV cache of one sequence: blocks of the model's pool, returned when the sequence is cleared
+// or destroyed. Move-only; may outlive its model (its blocks then go nowhere).
+class GpuSequence {
+ public:
+  GpuSequence();
+  ~GpuSequence();
+  GpuSequence(GpuSequence&&) noexcept;
+  GpuSequence& operator=(GpuSequence&&) noexcept;
+  GpuSequence(const GpuSequence&) = delete;
+  GpuSequence& operator=(const GpuSequence&) = delete;
+
+  int64_t length() const;  // tokens cached (the next position)
+  void clear();            // forgets every token and returns the blocks
+  void truncate(int64_t n);  // keeps the first n tokens (n <= length())
+
+  struct State;
+
+ private:
+  friend class GpuModel;
+  std::unique_ptr<State> state_;
+};
+
+class GpuModel {
+ public:
+  // Uploads `cpu_model`'s weights to the device and allocates the KV pool and scratch. The CPU
+  // model must outlive the GpuModel (its config and RoPE are used at every step). Throws
+  // Unsupported (no usable device, an unsupported layer: named), OutOfMemory (naming what did not
+  // fit), InvalidArgument (bad options).
+  static std::unique_ptr<GpuModel> load(const models::Model& cpu_model,
+                                        const GpuModelOptions& options = {});
+  ~GpuModel();
+  GpuModel(const GpuModel&) = delete;
+  GpuModel& operator=(const GpuModel&) = delete;
+
+  GpuSequence new_sequence();
+
+  // Runs `tokens` at positions sequence.length() .. + n - 1 and returns fp32 logits on the host,
+  // [n, vocab] (all_logits) or [1, vocab] (the last position), like models::Model::forward. Ids
+  // outside [0, vocab), an empty span, a sequence longer than max_seq_len or a full KV pool:
+  // InvalidArgument / OutOfMemory, the sequence unchanged.
+  Tensor forward(std::span<const int32_t> tokens, GpuSequence& sequence, bool all_logits);
+
+  const models::Model& cpu_model() const;
+  const GpuModelOptions& options() const;  // with the 0 defaults resolved
+  std::string device_name() const;
+  // Device bytes a batch-1 decode step reads as weights: every linear layer, norm and the LM head
+  // once, plus one embedding row.
+  double weight_bytes_per_token() const;
+  size_t weight_device_bytes() const;   // all weights held on the device
+  size_t kv_cache_device_bytes() const;
+  // One line: the kernel of each kind of layer, e.g. "qkv/gate_up fused bf16 x 16, wna16 x 56".
+  std::string describe() const;
+
+  struct Impl;
+
+ private:
+  explicit GpuModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Loads `dir` on the CPU in the form GpuModel::load needs (quantized layers keep their canonical
+// weights). Throws Unsupported when no CUDA device is usable, before reading the checkpoint.
+std::unique_ptr<models::Model> load_model_for_gpu(const std::string& dir,
+                                                  const models::LoadOptions& options, int device);
+
+// Throws Unsupported naming the reason when CUDA device `device` cannot be used ("no CUDA device is
+// visible to this process (cudaGetDeviceCount: cudaErrorNoDevice ...)").
+void require_device(int device);
+
+// The device memory's read bandwidth in GB/s, measured by a streaming kernel over a buffer far
+// larger than L2 (best of several runs); what bounds a batch-1 decode step.
+double measure_device_read_bandwidth_gbps(int device);
+
+}  // namespace lowbit::gpu
