@@ -2,12 +2,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "command.h"
 #include "device.h"
 #include "eval/perplexity.h"
+#include "eval/py_text.h"
 #include "lowbit/error.h"
 #include "models/model.h"
 #include "options.h"
@@ -28,33 +27,15 @@ struct PplOptions {
   std::string device = "cpu";
 };
 
-// Reads a text file the way Python's open() in text mode does (the reference protocol was run
-// that way): "\r\n" and a lone "\r" become "\n". The WikiText copy has CRLF line endings.
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open the text file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string raw = buffer.str();
-  std::string text;
-  text.reserve(raw.size());
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] != '\r') {
-      text += raw[i];
-    } else {
-      text += '\n';
-      if (i + 1 < raw.size() && raw[i + 1] == '\n') ++i;
-    }
-  }
-  return text;
-}
-
 int run_ppl(const PplOptions& options) {
   apply_threads(options.threads);
   auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
   auto tokenizer = load_tokenizer_if_present(options.model);
   LOWBIT_CHECK(tokenizer != nullptr, options.model + " has no tokenizer.json: ppl needs one");
-  std::vector<int32_t> tokens = tokenizer->encode(read_text_file(options.text_file), false);
+  std::vector<int32_t> tokens = tokenizer->encode(
+      // As Python's open() in text mode reads it (the reference protocol was run that way): the
+      // WikiText copy has CRLF line endings.
+      eval::read_text_file_universal_newlines(options.text_file), false);
 
   eval::PerplexityOptions ppl_options;
   ppl_options.context = options.context;
