@@ -132,6 +132,30 @@ TEST(Compress, ActorderGroupWritesAndUsesGIdx) {
   for (size_t i = 0; i < fq.size(); ++i) ASSERT_EQ(out[i], fq[i]) << i;
 }
 
+// A corrupt index (the fuzzer found 2^31 in an I64 weight_g_idx) is an error naming the tensor,
+// not an out-of-range conversion; so is a negative one.
+TEST(Decompress, RejectsGIdxOutsideTheIntRange) {
+  QuantArgs a = *preset_scheme("W4A16", {"Linear"}).weights;
+  a.group_size = 32;
+  a.actorder = ActOrder::Group;
+  const int64_t rows = 4, cols = 64;
+  const auto w = weights(rows, cols, 3);
+  std::vector<int32_t> g_idx(cols, 0);
+  const QParams qp = observe_weight_minmax(w.data(), rows, cols, a, DType::BF16);
+  for (const int64_t bad : {int64_t{1} << 31, int64_t{-1}}) {
+    Compressed c = compress(w, rows, cols, a, qp, CompressionFormat::PackQuantized, &g_idx);
+    Tensor wide = Tensor::zeros(DType::I64, {cols});
+    wide.data_as<int64_t>()[5] = bad;
+    c.tensors.insert_or_assign("layer.weight_g_idx", wide);
+    try {
+      decompress_weight(c.source(), "layer", a, CompressionFormat::PackQuantized, rows, cols);
+      FAIL() << "g_idx " << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("weight_g_idx"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Decompress, ReadsThePre017Packing) {
   QuantArgs a = *preset_scheme("W3A16", {"Linear"}).weights;
   a.symmetric = false;
