@@ -33,17 +33,6 @@ json read_json_file(const fs::path& path) {
   }
 }
 
-void write_json_file(const json& value, const fs::path& path) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError(tmp.string() + ": cannot write");
-    out << value.dump(2) << "\n";
-    if (!out) throw IoError(tmp.string() + ": write failed");
-  }
-  fs::rename(tmp, path);
-}
-
 void write_text_file(const std::string& text, const fs::path& path) {
   const fs::path tmp = path.string() + ".tmp";
   {
@@ -53,6 +42,10 @@ void write_text_file(const std::string& text, const fs::path& path) {
     if (!out) throw IoError(tmp.string() + ": write failed");
   }
   fs::rename(tmp, path);
+}
+
+void write_json_file(const json& value, const fs::path& path) {
+  write_text_file(value.dump(2) + "\n", path);
 }
 
 std::string utc_now() {
