@@ -30,7 +30,8 @@ struct BenchOptions {
   int64_t decode_tokens = 64;
   int repeats = 3;
   bool json = false;
-  std::string device = "cpu";
+  DeviceOptions device;
+  bool random_weights = false;
 };
 
 double now_seconds() {
@@ -57,10 +58,13 @@ int run_bench(const BenchOptions& options) {
   apply_threads(options.threads);
   LOWBIT_CHECK(options.prompt_tokens >= 1 && options.decode_tokens >= 2 && options.repeats >= 1,
                "bench: --prompt-tokens >= 1, --decode-tokens >= 2 and --repeats >= 1 are required");
+  LOWBIT_CHECK(!options.random_weights || options.device.device == "cuda",
+               "bench: --random-weights makes the weights on the GPU: add --device cuda");
   auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
   if (use_cuda(options.device)) {
     return run_bench_cuda(*model, {options.model, options.prompt_tokens, options.decode_tokens,
-                                   options.repeats, options.json});
+                                   options.repeats, options.json,
+                                   options.device.tensor_parallel_size, options.random_weights});
   }
   const auto& config = model->config();
   const double bytes_per_token = weight_bytes_per_token(options.model, config);
@@ -148,6 +152,9 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   sub->add_option("--repeats", options->repeats, "Repetitions (best is reported)")->capture_default_str();
   sub->add_flag("--json", options->json, "Print one JSON record");
   add_device_option(sub, options->device);
+  sub->add_flag("--random-weights", options->random_weights,
+                "--device cuda: fill the weights with random values on the GPUs instead of reading "
+                "them (speed of shapes no disk holds; see `lowbit synth --no-data`)");
   // Listed before bench itself: main() runs the first parsed command, and `bench serve` parses both.
   add_bench_serve_command(*sub, commands);
   commands.push_back({sub, [options] { return run_bench(*options); }});

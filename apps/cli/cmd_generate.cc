@@ -24,7 +24,7 @@ struct GenerateOptions {
   bool output_ids = false;
   bool stats = false;
   int threads = 0;
-  std::string device = "cpu";
+  DeviceOptions device;
 };
 
 // Sampling defaults: greedy, unless the model's generation_config.json asks for sampling
@@ -71,7 +71,7 @@ int run_generate(const GenerateOptions& options, const CLI::App& app) {
     }
   };
   auto result = use_cuda(options.device)
-                    ? generate_cuda(*model, tokenizer.get(), request, print)
+                    ? generate_cuda(*model, tokenizer.get(), request, print, options.device)
                     : runtime::Generator(*model, tokenizer.get()).generate(request, print);
   if (print_text) std::fputc('\n', stdout);
   if (!print_text) std::printf("%s\n", format_id_list(result.output_ids).c_str());

@@ -24,7 +24,7 @@ struct PplOptions {
   int64_t max_windows = 0;
   bool json = false;
   int threads = 0;
-  std::string device = "cpu";
+  DeviceOptions device;
 };
 
 int run_ppl(const PplOptions& options) {
@@ -52,7 +52,7 @@ int run_ppl(const PplOptions& options) {
                                     static_cast<long long>(total));
   };
   auto result = use_cuda(options.device)
-                    ? perplexity_cuda(*model, tokens, ppl_options, progress)
+                    ? perplexity_cuda(*model, tokens, ppl_options, progress, options.device)
                     : eval::perplexity(*model, tokens, ppl_options, progress);
   if (show_progress) std::fputc('\n', stderr);
   if (options.json) {

@@ -29,6 +29,9 @@ void add_synth_command(CLI::App& app, CommandList& commands) {
                   "Use fewer decoder layers than the real model");
   sub->add_option("--seed", options->synth.seed, "Random seed")->capture_default_str();
   sub->add_flag("--overwrite", options->synth.overwrite, "Replace an existing output directory");
+  sub->add_flag("--no-data", options->synth.no_data,
+                "Shapes only: all-zero tensors in sparse files that take no disk space (for "
+                "`lowbit bench --device cuda --random-weights` on shapes no disk holds)");
   commands.push_back({sub, [options] {
                         long long parameters = eval::write_synthetic_model(options->synth);
                         std::printf("wrote %s: %s shape, %.3f B parameters (bf16)\n",

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <random>
 
@@ -20,14 +21,24 @@
 
 namespace lowbit::cli {
 
-void add_device_option(CLI::App* app, std::string& device) {
-  app->add_option("--device", device, "Where the model runs: cpu, or cuda (the GPU backend)")
+void add_device_option(CLI::App* app, DeviceOptions& options) {
+  app->add_option("--device", options.device, "Where the model runs: cpu, or cuda (the GPU backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app->add_option("--tensor-parallel-size,--tp", options.tensor_parallel_size,
+                  "GPUs to split the model over (tensor parallelism over NCCL; --device cuda; "
+                  "GPUs 0..N-1)")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
 }
 
-bool use_cuda(const std::string& device) {
-  if (device != "cuda") return false;
+bool use_cuda(const DeviceOptions& options) {
+  if (options.device != "cuda") {
+    LOWBIT_CHECK(options.tensor_parallel_size == 1,
+                 "--tensor-parallel-size " + std::to_string(options.tensor_parallel_size) +
+                     " splits a model over GPUs: add --device cuda");
+    return false;
+  }
 #ifndef LOWBIT_CUDA_BACKEND
   throw Unsupported("--device cuda: this lowbit was built without the CUDA backend "
                     "(configure with -DLOWBIT_CUDA=ON on a machine with nvcc)");
@@ -44,19 +55,20 @@ namespace {
 }
 }  // namespace
 
-std::unique_ptr<models::Model> load_model_on(const std::string& device, const std::string& dir,
+std::unique_ptr<models::Model> load_model_on(const DeviceOptions& device, const std::string& dir,
                                              const models::LoadOptions& options) {
   if (use_cuda(device)) no_backend();
   return models::Model::load(dir, options);
 }
 runtime::GenerationResult generate_cuda(const models::Model&, const Tokenizer*,
                                         const runtime::GenerationRequest&,
-                                        const runtime::TokenCallback&) {
+                                        const runtime::TokenCallback&, const DeviceOptions&) {
   no_backend();
 }
 eval::PerplexityResult perplexity_cuda(const models::Model&, const std::vector<int32_t>&,
                                        const eval::PerplexityOptions&,
-                                       const std::function<void(int64_t, int64_t)>&) {
+                                       const std::function<void(int64_t, int64_t)>&,
+                                       const DeviceOptions&) {
   no_backend();
 }
 int run_bench_cuda(const models::Model&, const CudaBenchOptions&) { no_backend(); }
@@ -75,22 +87,27 @@ double now_seconds() {
 
 }  // namespace
 
-std::unique_ptr<models::Model> load_model_on(const std::string& device, const std::string& dir,
+std::unique_ptr<models::Model> load_model_on(const DeviceOptions& device, const std::string& dir,
                                              const models::LoadOptions& options) {
-  if (use_cuda(device)) return gpu::load_model_for_gpu(dir, options, /*device=*/0);
+  if (use_cuda(device)) {
+    for (int d = 1; d < device.tensor_parallel_size; ++d) gpu::require_device(d);
+    return gpu::load_model_for_gpu(dir, options, /*device=*/0);
+  }
   return models::Model::load(dir, options);
 }
 
 // The loop of runtime::Generator::generate (runtime/generator.cc) over a GpuModel.
 runtime::GenerationResult generate_cuda(const models::Model& model, const Tokenizer* tokenizer,
                                         const runtime::GenerationRequest& request,
-                                        const runtime::TokenCallback& on_token) {
+                                        const runtime::TokenCallback& on_token,
+                                        const DeviceOptions& device) {
   LOWBIT_CHECK(!request.prompt_ids.empty(), "the prompt is empty: give at least one token");
   LOWBIT_CHECK(request.max_new_tokens >= 0, "max_new_tokens must be >= 0");
   LOWBIT_CHECK(request.stop.empty() || tokenizer != nullptr,
                "stop strings need a tokenizer, and this model has none");
   gpu::GpuModelOptions gpu_options;
   gpu_options.max_seq_len = static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens;
+  gpu_options.tensor_parallel_size = device.tensor_parallel_size;
   auto gpu = gpu::GpuModel::load(model, gpu_options);
   gpu::GpuSequence sequence = gpu->new_sequence();
 
@@ -143,10 +160,12 @@ runtime::GenerationResult generate_cuda(const models::Model& model, const Tokeni
 eval::PerplexityResult perplexity_cuda(const models::Model& model,
                                        const std::vector<int32_t>& tokens,
                                        const eval::PerplexityOptions& options,
-                                       const std::function<void(int64_t, int64_t)>& progress) {
+                                       const std::function<void(int64_t, int64_t)>& progress,
+                                       const DeviceOptions& device) {
   const std::vector<std::vector<int32_t>> windows = eval::perplexity_windows(tokens, options);
   gpu::GpuModelOptions gpu_options;
   gpu_options.max_seq_len = options.context;
+  gpu_options.tensor_parallel_size = device.tensor_parallel_size;
   auto gpu = gpu::GpuModel::load(model, gpu_options);
   gpu::GpuSequence sequence = gpu->new_sequence();
   const int64_t vocab = model.config().vocab_size;
@@ -175,9 +194,17 @@ int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) 
   const models::ModelConfig& config = model.config();
   gpu::GpuModelOptions gpu_options;
   gpu_options.max_seq_len = std::max<int64_t>(options.prompt_tokens, 8) + options.decode_tokens;
+  gpu_options.tensor_parallel_size = options.tensor_parallel_size;
+  gpu_options.random_weights = options.random_weights;
+  // LOWBIT_TP_ALL_REDUCE=nccl: every all-reduce through NCCL (to measure the peer kernel's gain).
+  const char* all_reduce = std::getenv("LOWBIT_TP_ALL_REDUCE");
+  gpu_options.peer_all_reduce = all_reduce == nullptr || std::string(all_reduce) != "nccl";
   auto gpu = gpu::GpuModel::load(model, gpu_options);
-  const double bandwidth = gpu::measure_device_read_bandwidth_gbps(0);
-  constexpr double kSpecGbps = 4800.0;  // H200 HBM3e
+  // Each GPU streams its own part of the weights: the limit is N devices' bandwidth.
+  const double bandwidth =
+      gpu::measure_device_read_bandwidth_gbps(0) * static_cast<double>(options.tensor_parallel_size);
+  constexpr double kSpecGbpsPerGpu = 4800.0;  // H200 HBM3e
+  const double spec_gbps = kSpecGbpsPerGpu * static_cast<double>(options.tensor_parallel_size);
 
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> any_token(
@@ -215,33 +242,36 @@ int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) 
   const double decode_tps = 1.0 / decode_best;
   const double weight_gbps = bytes * decode_tps / 1e9;
   const double limit_tps = bandwidth * 1e9 / bytes;
-  const double spec_limit_tps = kSpecGbps * 1e9 / bytes;
+  const double spec_limit_tps = spec_gbps * 1e9 / bytes;
   if (options.json) {
     std::printf(
         "{\"model\": \"%s\", \"architecture\": \"%s\", \"device\": \"%s\", \"kernels\": \"%s\", "
         "\"weight_bytes_per_token\": %.0f, \"device_bandwidth_gbps\": %.2f, "
         "\"spec_bandwidth_gbps\": %.0f, \"prefill_tokens\": %lld, \"prefill_tps\": %.2f, "
         "\"decode_tps\": %.2f, \"decode_weight_gbps\": %.2f, \"decode_bandwidth_fraction\": %.4f, "
-        "\"decode_spec_fraction\": %.4f, \"weight_device_bytes\": %zu, \"kv_cache_device_bytes\": %zu}\n",
+        "\"decode_spec_fraction\": %.4f, \"weight_device_bytes\": %zu, \"kv_cache_device_bytes\": %zu, "
+        "\"tensor_parallel_size\": %d, \"random_weights\": %s}\n",
         options.model_dir.c_str(), config.architecture.c_str(), gpu->device_name().c_str(),
-        gpu->describe().c_str(), bytes, bandwidth, kSpecGbps,
+        gpu->describe().c_str(), bytes, bandwidth, spec_gbps,
         static_cast<long long>(options.prompt_tokens), prefill_tps, decode_tps, weight_gbps,
-        weight_gbps / bandwidth, weight_gbps / kSpecGbps, gpu->weight_device_bytes(),
-        gpu->kv_cache_device_bytes());
+        weight_gbps / bandwidth, weight_gbps / spec_gbps, gpu->weight_device_bytes(),
+        gpu->kv_cache_device_bytes(), options.tensor_parallel_size,
+        options.random_weights ? "true" : "false");
     return 0;
   }
   std::printf("model            %s (%s) on %s\n", options.model_dir.c_str(),
               config.architecture.c_str(), gpu->device_name().c_str());
   std::printf("kernels          %s\n", gpu->describe().c_str());
+  if (options.random_weights) std::printf("weights          random (made on the GPU; shapes from the checkpoint)\n");
   std::printf("weights/token    %.3f GB read per decode step\n", bytes / 1e9);
   std::printf("device bandwidth %.1f GB/s read (streaming kernel, this run); spec %.0f GB/s\n",
-              bandwidth, kSpecGbps);
+              bandwidth, spec_gbps);
   std::printf("prefill          %lld tokens: %.1f tok/s (%.4f s)\n",
               static_cast<long long>(options.prompt_tokens), prefill_tps, prefill_best);
   std::printf("decode           %.2f tok/s = %.1f GB/s of weights = %.1f%% of measured bandwidth "
               "(limit %.1f tok/s; %.1f%% of spec, limit %.1f tok/s)\n",
               decode_tps, weight_gbps, 100.0 * weight_gbps / bandwidth, limit_tps,
-              100.0 * weight_gbps / kSpecGbps, spec_limit_tps);
+              100.0 * weight_gbps / spec_gbps, spec_limit_tps);
   std::printf("device memory    %.1f MiB weights, %.1f MiB KV cache\n",
               static_cast<double>(gpu->weight_device_bytes()) / (1024.0 * 1024.0),
               static_cast<double>(gpu->kv_cache_device_bytes()) / (1024.0 * 1024.0));

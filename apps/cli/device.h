@@ -1,4 +1,5 @@
-// --device cpu|cuda for generate, bench and ppl, and what those commands run on the GPU backend
+// --device cpu|cuda and --tensor-parallel-size for generate, bench and ppl, and what those commands
+// run on the GPU backend
 // (src/gpu). In a build without the CUDA backend (LOWBIT_CUDA_BACKEND undefined) every cuda entry
 // point throws Unsupported("... built without the CUDA backend").
 #pragma once
@@ -22,26 +23,34 @@ struct LoadOptions;
 
 namespace lowbit::cli {
 
-void add_device_option(CLI::App* app, std::string& device);
+struct DeviceOptions {
+  std::string device = "cpu";
+  int tensor_parallel_size = 1;  // GPUs 0 .. N-1, NCCL tensor parallelism (cuda only)
+};
 
-// True for "cuda" (after checking that this build has the backend), false for "cpu".
-bool use_cuda(const std::string& device);
+void add_device_option(CLI::App* app, DeviceOptions& options);
+
+// True for "cuda" (after checking that this build has the backend), false for "cpu" (then
+// --tensor-parallel-size above 1 is an InvalidArgument).
+bool use_cuda(const DeviceOptions& options);
 
 // Model::load, or on cuda the load the GPU backend needs (device checked first, quantized layers
 // keep their canonical weights).
-std::unique_ptr<models::Model> load_model_on(const std::string& device, const std::string& dir,
+std::unique_ptr<models::Model> load_model_on(const DeviceOptions& device, const std::string& dir,
                                              const models::LoadOptions& options);
 
 // runtime::Generator::generate on the GPU: same stopping rules, sampling and streaming.
 runtime::GenerationResult generate_cuda(const models::Model& model, const Tokenizer* tokenizer,
                                         const runtime::GenerationRequest& request,
-                                        const runtime::TokenCallback& on_token);
+                                        const runtime::TokenCallback& on_token,
+                                        const DeviceOptions& device);
 
 // eval::perplexity on the GPU: the same windows and per-token NLL.
 eval::PerplexityResult perplexity_cuda(const models::Model& model,
                                        const std::vector<int32_t>& tokens,
                                        const eval::PerplexityOptions& options,
-                                       const std::function<void(int64_t, int64_t)>& progress);
+                                       const std::function<void(int64_t, int64_t)>& progress,
+                                       const DeviceOptions& device);
 
 struct CudaBenchOptions {
   std::string model_dir;
@@ -49,6 +58,8 @@ struct CudaBenchOptions {
   int64_t decode_tokens = 64;
   int repeats = 3;
   bool json = false;
+  int tensor_parallel_size = 1;
+  bool random_weights = false;  // --random-weights: weights made on the GPUs (shapes only read)
 };
 
 // `lowbit bench --device cuda`: prefill and decode tok/s beside the device memory bandwidth

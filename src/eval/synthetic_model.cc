@@ -40,6 +40,7 @@ json preset_config(const std::string& name) {
   if (name == "llama-3.2-1b") return llama(2048, 8192, 16, 32, 8, 64, true, 32.0);
   if (name == "llama-3.2-3b") return llama(3072, 8192, 28, 24, 8, 128, true, 32.0);
   if (name == "llama-3.1-8b") return llama(4096, 14336, 32, 32, 8, 128, false, 8.0);
+  if (name == "llama-3.1-70b") return llama(8192, 28672, 80, 64, 8, 128, false, 8.0);
   auto qwen = [&](const char* arch, const char* type, int hidden, int inter, int layers, int heads,
                   int kv, int head_dim) {
     return json{{"architectures", {arch}}, {"model_type", type}, {"hidden_size", hidden},
@@ -136,6 +137,30 @@ Tensor random_tensor(const TensorSpec& spec, uint64_t stream) {
   return t;
 }
 
+// A safetensors file whose tensors are all zeros, written as a header and a hole: the file takes
+// no disk blocks (a 70B shape fits any disk), and reads as zeros through mmap.
+void write_hole_safetensors(const fs::path& path, const std::vector<TensorSpec>& specs) {
+  json header = {{"__metadata__", {{"format", "pt"}, {"lowbit_synth", "no-data"}}}};
+  size_t offset = 0;
+  for (const TensorSpec& spec : specs) {
+    size_t bytes = 2;
+    for (int64_t d : spec.shape) bytes *= static_cast<size_t>(d);
+    header[spec.name] = {{"dtype", "BF16"}, {"shape", spec.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t length = text.size();
+  char prefix[8];
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  out.write(prefix, 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out) throw IoError(path.string() + ": cannot write");
+  fs::resize_file(path, 8 + text.size() + offset);  // the data: a hole of zeros
+}
+
 void write_json(const fs::path& path, const json& value) {
   std::ofstream out(path);
   out << value.dump(2) << "\n";
@@ -145,8 +170,8 @@ void write_json(const fs::path& path, const json& value) {
 }  // namespace
 
 std::vector<std::string> synth_presets() {
-  return {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen3-0.6b",
-          "mistral-7b"};
+  return {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-0.5b",
+          "qwen3-0.6b", "mistral-7b"};
 }
 
 long long write_synthetic_model(const SynthOptions& options) {
@@ -194,11 +219,15 @@ long long write_synthetic_model(const SynthOptions& options) {
   for (size_t s = 0; s < shards.size(); ++s) {
     char file[64];
     std::snprintf(file, sizeof(file), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    for (const auto& spec : shards[s]) weight_map[spec.name] = file;
+    if (options.no_data) {
+      write_hole_safetensors(tmp / file, shards[s]);
+      continue;
+    }
     std::map<std::string, Tensor> tensors;
     for (const auto& spec : shards[s]) {
       stream = splitmix64(stream);
       tensors[spec.name] = random_tensor(spec, stream);
-      weight_map[spec.name] = file;
     }
     formats::write_safetensors((tmp / file).string(), tensors, {{"format", "pt"}});
     log_info("synth: wrote " + std::string(file));

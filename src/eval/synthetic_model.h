@@ -16,6 +16,9 @@ struct SynthOptions {
   bool overwrite = false;
   unsigned long long seed = 0;
   int num_layers_override = 0;  // > 0: fewer layers than the real model (quick tests)
+  // Shapes only: every tensor reads as zeros from a sparse file that takes no disk space (for
+  // `lowbit bench --device cuda --random-weights`, which makes the weights on the GPU).
+  bool no_data = false;
 };
 
 std::vector<std::string> synth_presets();

@@ -1,7 +1,9 @@
 // Device checks, the CPU-side load for the GPU, the bandwidth probe and pinned host buffers.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <string>
+#include <thread>
 
 #include "gpu/gpu_impl.h"
 #include "gpu/gpu_kernels.h"
@@ -27,6 +29,37 @@ void require_device(int device) {
   if (device < 0 || device >= count) {
     throw InvalidArgument("--device cuda: device " + std::to_string(device) + " does not exist (" +
                           std::to_string(count) + " visible)");
+  }
+}
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+void run_per_rank(int world, const std::function<void(int)>& fn) {
+  if (world == 1) {
+    fn(0);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  auto guarded = [&](int r) {
+    try {
+      fn(r);
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < world; ++r) threads.emplace_back(guarded, r);
+  guarded(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
   }
 }
 

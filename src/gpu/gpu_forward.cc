@@ -1,6 +1,7 @@
 // GpuModel::forward: one pass through the layers per chunk of at most max_step_tokens tokens, the
 // CPU decoder's math (models/decoder.cc) on bf16 activations; decode steps (one token) replayed
-// from a CUDA graph per context-length bucket.
+// from a CUDA graph per context-length bucket. Under tensor parallelism every GPU runs the same
+// passes on its own thread over its part of the weights (all-reduces where partial sums meet).
 #include <algorithm>
 #include <cstring>
 
@@ -45,8 +46,18 @@ int64_t context_bucket(int64_t context, int64_t max_seq_len) {
   return std::min(b, max_seq_len);
 }
 
+// Sums a bf16 buffer over the tensor-parallel ranks (nothing on one GPU): small ones (decode
+// steps) by the one-shot peer kernel, the rest by NCCL.
+void all_reduce(Shard& im, uint16_t* data, int64_t count) {
+  if (im.peer != nullptr && im.peer->accepts(count)) {
+    im.peer->run(im.plan.rank, data, count, im.stream);
+  } else if (im.nccl != nullptr) {
+    im.nccl->all_reduce_bf16(im.plan.rank, data, count, im.stream);
+  }
+}
+
 // Attention of one layer for the pass; q/k/v are views of the projection outputs.
-void attention(GpuModel::Impl& im, const GpuLayer& g, const Pass& p, uint16_t* q,
+void attention(Shard& im, const GpuLayer& g, const Pass& p, uint16_t* q,
                int64_t q_stride, uint16_t* k, uint16_t* v, int64_t kv_stride) {
   if (g.q_norm.size() > 0) {  // Qwen3: per-head RMSNorm of q and k (dense here) before RoPE
     kc::rmsnorm(q, g.q_norm.data(), im.eps, p.rows * im.heads, im.head_dim, q, im.stream);
@@ -81,7 +92,7 @@ void attention(GpuModel::Impl& im, const GpuLayer& g, const Pass& p, uint16_t* q
 
 // One decoder layer. On entry buf_a holds RMSNorm_in(x) and residual holds x; on exit buf_a holds
 // the next norm (`next_norm`: the next layer's input norm or the final norm) of the new x.
-void run_layer(GpuModel::Impl& im, const GpuLayer& g, const float* next_norm, const Pass& p) {
+void run_layer(Shard& im, const GpuLayer& g, const float* next_norm, const Pass& p) {
   const int64_t m = p.rows, t = im.options.max_step_tokens;
   void* ws = im.workspace.data();
   const size_t ws_bytes = im.workspace.bytes();
@@ -105,6 +116,7 @@ void run_layer(GpuModel::Impl& im, const GpuLayer& g, const float* next_norm, co
   attention(im, g, p, q, q_stride, k, v, kv_stride);
   uint16_t* branch = im.buf_b.data();
   g.o.run(*im.blas, im.attn.data(), m, branch, ws, ws_bytes, im.stream);
+  all_reduce(im, branch, m * im.hidden);  // row-parallel: the ranks' partial sums
   // residual += attention; branch = RMSNorm_post(residual)
   kc::fused_add_rmsnorm(branch, im.residual.data(), g.post_norm.data(), im.eps, m, im.hidden,
                         im.stream);
@@ -119,14 +131,21 @@ void run_layer(GpuModel::Impl& im, const GpuLayer& g, const float* next_norm, co
     silu_mul_split(gate, up, m, im.intermediate, im.act.data(), im.stream);
   }
   g.down.run(*im.blas, im.act.data(), m, normed, ws, ws_bytes, im.stream);
+  all_reduce(im, normed, m * im.hidden);
   // residual += mlp; normed = next norm of the residual
   kc::fused_add_rmsnorm(normed, im.residual.data(), next_norm, im.eps, m, im.hidden, im.stream);
 }
 
 // Embedding through the last layer: buf_a ends as RMSNorm_final(x) of the pass's rows.
-void run_layers(GpuModel::Impl& im, const Pass& p) {
-  kc::embedding_gather(im.embed.data(), im.vocab, im.hidden, p.ids, p.rows, im.residual.data(),
-                       nullptr, im.stream);
+void run_layers(Shard& im, const Pass& p) {
+  if (im.nccl == nullptr) {
+    kc::embedding_gather(im.embed.data(), im.vocab, im.hidden, p.ids, p.rows, im.residual.data(),
+                         nullptr, im.stream);
+  } else {  // vocab-parallel: each id's row comes from the rank that holds it
+    embedding_gather_part(im.embed.data(), im.vocab_begin, im.vocab_rows, im.hidden, p.ids, p.rows,
+                          im.residual.data(), im.stream);
+    all_reduce(im, im.residual.data(), p.rows * im.hidden);
+  }
   if (im.embed_scale != 1.0f) scale_bf16(im.residual.data(), p.rows * im.hidden, im.embed_scale, im.stream);
   kc::rmsnorm(im.residual.data(), im.layers[0].input_norm.data(), im.eps, p.rows, im.hidden,
               im.buf_a.data(), im.stream);
@@ -139,7 +158,7 @@ void run_layers(GpuModel::Impl& im, const Pass& p) {
 
 // Host side of one pass's metadata: ids, positions, slots, context length, query start and the
 // block table, packed at fixed offsets for rows == 1 (the layout a decode graph reads).
-Pass fill_meta(GpuModel::Impl& im, const GpuSequence::State& seq, std::span<const int32_t> ids,
+Pass fill_meta(Shard& im, const GpuSequence::State& seq, std::span<const int32_t> ids,
                int64_t first, bool relative_positions) {
   const int64_t m = static_cast<int64_t>(ids.size());
   const int bs = im.options.block_size;
@@ -174,7 +193,7 @@ Pass fill_meta(GpuModel::Impl& im, const GpuSequence::State& seq, std::span<cons
 }
 
 // cos/sin rows for positions first..first+m-1 of call-specific frequencies.
-void upload_call_rope(GpuModel::Impl& im, const models::RopeFrequencies& freq, int64_t first,
+void upload_call_rope(Shard& im, const models::RopeFrequencies& freq, int64_t first,
                       int64_t m, Pass& p) {
   const int64_t half = im.rotary_dim / 2;
   std::vector<float> cos(static_cast<size_t>(m * half)), sin(cos.size());
@@ -192,7 +211,7 @@ void upload_call_rope(GpuModel::Impl& im, const models::RopeFrequencies& freq, i
 }
 
 // The pass and the LM head of its last row (into logits row 0), as one unit a graph can hold.
-void decode_step(GpuModel::Impl& im, const Pass& p) {
+void decode_step(Shard& im, const Pass& p) {
   run_layers(im, p);
   im.lm_head.run_f32(*im.blas, im.buf_a.data() + (p.rows - 1) * im.hidden, 1, im.logits.data(),
                      im.stream);
@@ -200,7 +219,7 @@ void decode_step(GpuModel::Impl& im, const Pass& p) {
 
 // Replays (capturing first if needed) the decode graph of p's bucket; false when graphs are off
 // or capture failed (then they stay off and the caller runs the step eagerly).
-bool run_decode_graph(GpuModel::Impl& im, const Pass& p) {
+bool run_decode_graph(Shard& im, const Pass& p) {
   if (!im.graphs_enabled) return false;
   for (const DecodeGraph& g : im.graphs) {
     if (g.max_context == p.max_context) {
@@ -271,11 +290,66 @@ void reserve_blocks(GpuSequence::State& seq, int64_t tokens) {
   }
 }
 
+// Copies this rank's logits [rows, vocab_rows] (device) into columns [vocab_begin, +vocab_rows) of
+// rows of the call's host logits [.., vocab].
+void copy_logits(Shard& im, const float* device, int64_t rows, float* out_row) {
+  const size_t row_bytes = static_cast<size_t>(im.vocab_rows) * sizeof(float);
+  LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(out_row + im.vocab_begin,
+                                      static_cast<size_t>(im.vocab) * sizeof(float), device,
+                                      row_bytes, row_bytes, static_cast<size_t>(rows),
+                                      cudaMemcpyDeviceToHost, im.stream));
+}
+
 }  // namespace
+
+void forward_shard(Shard& im, const GpuSequence::State& seq, std::span<const int32_t> tokens,
+                   int64_t past, bool all_logits, float* out) {
+  LOWBIT_CUDA_CHECK(cudaSetDevice(im.device));
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  // RoPE frequencies once per call from its last position, as the CPU decoder chooses them.
+  models::RopeFrequencies scratch, initial_scratch;
+  const models::RopeFrequencies& freq = im.cpu->rotary().frequencies(past + n, scratch);
+  const bool call_rope = &freq != &im.cpu->rotary().frequencies(0, initial_scratch);
+  const int64_t t = im.options.max_step_tokens;
+  const size_t row_bytes = static_cast<size_t>(im.vocab_rows) * sizeof(float);
+  for (int64_t begin = 0; begin < n; begin += t) {
+    const int64_t rows = std::min(t, n - begin);
+    // The pinned staging buffers are reused: the previous chunk's copies must be done.
+    if (begin > 0) LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+    Pass p = fill_meta(im, seq, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(rows)),
+                       past + begin, call_rope);
+    if (call_rope) upload_call_rope(im, freq, past + begin, rows, p);
+    if (rows == 1) p.max_context = context_bucket(p.max_context, im.options.max_seq_len);
+    const bool last = begin + rows == n;
+    if (!all_logits && last && rows == 1) {
+      if (call_rope || !run_decode_graph(im, p)) decode_step(im, p);
+      LOWBIT_CUDA_CHECK(cudaMemcpyAsync(im.logits_host.data(), im.logits.data(), row_bytes,
+                                        cudaMemcpyDeviceToHost, im.stream));
+      LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+      std::memcpy(out + im.vocab_begin, im.logits_host.data(), row_bytes);
+      continue;
+    }
+    run_layers(im, p);
+    if (all_logits) {
+      for (int64_t r = 0; r < rows; r += im.logit_rows) {
+        const int64_t block = std::min(im.logit_rows, rows - r);
+        im.lm_head.run_f32(*im.blas, im.buf_a.data() + r * im.hidden, block, im.logits.data(),
+                           im.stream);
+        copy_logits(im, im.logits.data(), block, out + (begin + r) * im.vocab);
+      }
+    } else if (last) {
+      im.lm_head.run_f32(*im.blas, im.buf_a.data() + (rows - 1) * im.hidden, 1, im.logits.data(),
+                         im.stream);
+      copy_logits(im, im.logits.data(), 1, out);
+    }
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+}
 
 Tensor GpuModel::forward(std::span<const int32_t> tokens, GpuSequence& sequence, bool all_logits) {
   Impl& im = *impl_;
-  check_tokens(tokens, im.vocab);
+  const Shard& first = *im.shards.front();
+  check_tokens(tokens, first.vocab);
   LOWBIT_CHECK(sequence.state_ && sequence.state_->pool == im.pool,
                "forward: the sequence was not made by this GpuModel's new_sequence()");
   GpuSequence::State& seq = *sequence.state_;
@@ -285,53 +359,13 @@ Tensor GpuModel::forward(std::span<const int32_t> tokens, GpuSequence& sequence,
                "forward: " + std::to_string(past) + " cached + " + std::to_string(n) +
                    " new tokens exceed the GPU model's max_seq_len " +
                    std::to_string(im.options.max_seq_len));
-  LOWBIT_CUDA_CHECK(cudaSetDevice(im.device));
-  // RoPE frequencies once per call from its last position, as the CPU decoder chooses them.
-  models::RopeFrequencies scratch, initial_scratch;
-  const models::RopeFrequencies& freq = im.cpu->rotary().frequencies(past + n, scratch);
-  const bool call_rope = &freq != &im.cpu->rotary().frequencies(0, initial_scratch);
-  const int64_t t = im.options.max_step_tokens;
-  Tensor logits = Tensor::zeros(DType::F32, {all_logits ? n : 1, im.vocab});
+  Tensor logits = Tensor::zeros(DType::F32, {all_logits ? n : 1, first.vocab});
   float* out = logits.data_as<float>();
   reserve_blocks(seq, past + n);
   try {
-    for (int64_t begin = 0; begin < n; begin += t) {
-      const int64_t rows = std::min(t, n - begin);
-      // The pinned staging buffers are reused: the previous chunk's copies must be done.
-      if (begin > 0) LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
-      Pass p = fill_meta(im, seq, tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(rows)),
-                         past + begin, call_rope);
-      if (call_rope) upload_call_rope(im, freq, past + begin, rows, p);
-      if (rows == 1) p.max_context = context_bucket(p.max_context, im.options.max_seq_len);
-      const bool last = begin + rows == n;
-      if (!all_logits && last && rows == 1) {
-        if (call_rope || !run_decode_graph(im, p)) decode_step(im, p);
-        LOWBIT_CUDA_CHECK(cudaMemcpyAsync(im.logits_host.data(), im.logits.data(),
-                                          static_cast<size_t>(im.vocab) * sizeof(float),
-                                          cudaMemcpyDeviceToHost, im.stream));
-        LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
-        std::memcpy(out, im.logits_host.data(), static_cast<size_t>(im.vocab) * sizeof(float));
-        continue;
-      }
-      run_layers(im, p);
-      if (all_logits) {
-        for (int64_t r = 0; r < rows; r += im.logit_rows) {
-          const int64_t block = std::min(im.logit_rows, rows - r);
-          im.lm_head.run_f32(*im.blas, im.buf_a.data() + r * im.hidden, block, im.logits.data(),
-                             im.stream);
-          LOWBIT_CUDA_CHECK(cudaMemcpyAsync(out + (begin + r) * im.vocab, im.logits.data(),
-                                            static_cast<size_t>(block * im.vocab) * sizeof(float),
-                                            cudaMemcpyDeviceToHost, im.stream));
-        }
-      } else if (last) {
-        im.lm_head.run_f32(*im.blas, im.buf_a.data() + (rows - 1) * im.hidden, 1,
-                           im.logits.data(), im.stream);
-        LOWBIT_CUDA_CHECK(cudaMemcpyAsync(out, im.logits.data(),
-                                          static_cast<size_t>(im.vocab) * sizeof(float),
-                                          cudaMemcpyDeviceToHost, im.stream));
-      }
-    }
-    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+    run_per_rank(static_cast<int>(im.shards.size()), [&](int r) {
+      forward_shard(*im.shards[static_cast<size_t>(r)], seq, tokens, past, all_logits, out);
+    });
   } catch (...) {
     // The cache rows of this call may be half written: they are beyond length, so unused.
     seq.release_blocks_after(past);

@@ -1,18 +1,25 @@
-// The inside of GpuModel and GpuSequence (internal to src/gpu): the uploaded weights of each layer,
-// the KV block pool, the scratch buffers of one forward pass and the decode CUDA graphs.
+// The inside of GpuModel and GpuSequence (internal to src/gpu): per GPU (a Shard: the whole model on
+// one GPU, or one rank's part of it under tensor parallelism) the uploaded weights of each layer,
+// its KV cache, the scratch buffers of one forward pass and the decode CUDA graphs; the KV block
+// pool shared by every rank (all ranks hold the same blocks of their own KV heads).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "gpu/gpu_linear.h"
 #include "gpu/gpu_model.h"
+#include "gpu/nccl_group.h"
+#include "gpu/peer_all_reduce.h"
+#include "gpu/tensor_parallel.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm_bf16.h"
@@ -83,21 +90,27 @@ struct DecodeGraph {
   int64_t max_context = 0;
 };
 
-struct GpuModel::Impl {
+// One GPU's part of the model.
+struct Shard {
   const models::Model* cpu = nullptr;
   GpuModelOptions options;
   int device = 0;
+  TpPlan plan;                          // what this rank holds (world 1: everything)
+  const NcclGroup* nccl = nullptr;      // null on one GPU
+  const PeerAllReduce* peer = nullptr;  // small all-reduces, when peer access works
   std::string device_name;
   cudaStream_t stream = nullptr;
   std::unique_ptr<kernels::cuda::BlasLt> blas;
 
-  // Model dimensions.
+  // Model dimensions: heads, kv_heads, q_width, kv_width and intermediate are this rank's; vocab
+  // is the whole vocabulary, of which the rank holds rows [vocab_begin, vocab_begin + vocab_rows).
   int64_t hidden = 0, vocab = 0, heads = 0, kv_heads = 0, head_dim = 0, rotary_dim = 0;
   int64_t q_width = 0, kv_width = 0, intermediate = 0;
+  int64_t vocab_begin = 0, vocab_rows = 0;
   float eps = 1e-6f, embed_scale = 1.0f, attention_scale = 1.0f;
 
   // Weights.
-  kernels::cuda::DeviceBuffer<uint16_t> embed;  // bf16 [vocab, hidden]
+  kernels::cuda::DeviceBuffer<uint16_t> embed;  // bf16 [vocab_rows, hidden]
   std::vector<GpuLayer> layers;
   kernels::cuda::DeviceBuffer<float> final_norm;
   GpuLinear lm_head;
@@ -124,9 +137,9 @@ struct GpuModel::Impl {
   kernels::cuda::DeviceBuffer<uint16_t> act;                      // [T, intermediate]
   kernels::cuda::DeviceBuffer<uint8_t> workspace;                 // linear layers
   kernels::cuda::DeviceBuffer<uint8_t> attn_workspace;            // decode attention
-  kernels::cuda::DeviceBuffer<float> logits;                      // [logit_rows, vocab]
+  kernels::cuda::DeviceBuffer<float> logits;                      // [logit_rows, vocab_rows]
   int64_t logit_rows = 0;
-  PinnedBuffer<float> logits_host;  // [vocab]: the last row
+  PinnedBuffer<float> logits_host;  // [vocab_rows]: the last row
   // Step metadata, one upload per pass: ids, positions, slots [T each], context length, query
   // start [2], block table [max_blocks_per_seq].
   kernels::cuda::DeviceBuffer<int32_t> meta;
@@ -136,10 +149,31 @@ struct GpuModel::Impl {
   std::vector<int64_t> graph_warmed;  // buckets that ran one eager step (ready to capture)
   bool graphs_enabled = true;
 
-  ~Impl();
+  Shard() = default;
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+  ~Shard();
 };
 
-// Builds Impl's weights from the CPU model (gpu_model_load.cc).
-void upload_weights(const models::Model& cpu, GpuModel::Impl& impl);
+struct GpuModel::Impl {
+  const models::Model* cpu = nullptr;
+  GpuModelOptions options;            // with the 0 defaults resolved
+  std::unique_ptr<NcclGroup> nccl;    // tensor parallelism only; destroyed after the shards
+  std::unique_ptr<PeerAllReduce> peer;
+  std::vector<std::unique_ptr<Shard>> shards;  // rank order
+  std::shared_ptr<BlockPool> pool;
+};
+
+// Runs fn(rank) for ranks 0 .. world - 1, each on its own host thread (rank 0 on the caller's),
+// and rethrows the first exception once all have returned (gpu_device.cc).
+void run_per_rank(int world, const std::function<void(int)>& fn);
+
+// Builds a shard's weights from the CPU model (gpu_model_load.cc).
+void upload_weights(const models::Model& cpu, Shard& shard);
+
+// Runs one call's chunks on one shard (gpu_forward.cc); `out` is the host logits [rows, vocab] of
+// the whole call, of which the shard writes its vocabulary columns.
+void forward_shard(Shard& shard, const GpuSequence::State& seq, std::span<const int32_t> tokens,
+                   int64_t past, bool all_logits, float* out);
 
 }  // namespace lowbit::gpu

@@ -37,6 +37,34 @@ __global__ void silu_mul_kernel(const uint16_t* gate, const uint16_t* up, int64_
   }
 }
 
+// splitmix64: a well-mixed 64-bit hash of the counter.
+__device__ inline uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void random_kernel(uint16_t* x, int64_t n, uint64_t seed) {
+  constexpr float kHalfWidth = 0.0346410162f;  // 0.02 · √3: uniform with std 0.02
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
+    const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
+    x[i] = float_to_bf16_bits((2.0f * u - 1.0f) * kHalfWidth);
+  }
+}
+
+__global__ void gather_part_kernel(const uint16_t* table, int64_t vocab_begin, int64_t vocab_rows,
+                                   int64_t hidden, const int32_t* ids, uint16_t* out) {
+  const int64_t row = blockIdx.x;
+  const int64_t local = static_cast<int64_t>(ids[row]) - vocab_begin;
+  const bool mine = local >= 0 && local < vocab_rows;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    out[row * hidden + i] = mine ? table[local * hidden + i] : uint16_t{0};
+  }
+}
+
 __global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
   uint32_t acc = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -70,6 +98,22 @@ void silu_mul_split(const uint16_t* gate, const uint16_t* up, int64_t rows, int6
   const int64_t total = rows * n;
   if (total <= 0) return;
   silu_mul_kernel<<<grid_for(total), kThreads, 0, stream>>>(gate, up, total, out);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+void fill_random_bf16(uint16_t* x, int64_t n, uint64_t seed) {
+  if (n <= 0) return;
+  random_kernel<<<grid_for(n), kThreads>>>(x, n, seed);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void embedding_gather_part(const uint16_t* table, int64_t vocab_begin, int64_t vocab_rows,
+                           int64_t hidden, const int32_t* ids, int64_t rows, uint16_t* out,
+                           cudaStream_t stream) {
+  if (rows <= 0) return;
+  gather_part_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      table, vocab_begin, vocab_rows, hidden, ids, out);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

@@ -17,6 +17,17 @@ void scale_bf16(uint16_t* x, int64_t n, float scale, cudaStream_t stream);
 void silu_mul_split(const uint16_t* gate, const uint16_t* up, int64_t rows, int64_t n,
                     uint16_t* out, cudaStream_t stream);
 
+// x[i] = a bf16 value uniform in [-0.02·√3, 0.02·√3] (std 0.02, what `lowbit synth` draws) from a
+// hash of (seed, i): random benchmark weights made on the device. Default stream; synchronous.
+void fill_random_bf16(uint16_t* x, int64_t n, uint64_t seed);
+
+// The embedding rows of ids in [vocab_begin, vocab_begin + vocab_rows) from this GPU's part of the
+// table (rows relative to vocab_begin); zero rows for other ids, which another GPU holds (an
+// all-reduce over the GPUs completes the lookup). Ids are checked by the caller.
+void embedding_gather_part(const uint16_t* table, int64_t vocab_begin, int64_t vocab_rows,
+                           int64_t hidden, const int32_t* ids, int64_t rows, uint16_t* out,
+                           cudaStream_t stream);
+
 // Reads `bytes` (a multiple of 16) of device memory once with 16-byte loads and writes one word
 // per block to `sink` (so the reads cannot be optimized away): a read-bandwidth probe.
 void read_probe(const void* data, size_t bytes, uint32_t* sink, int blocks, cudaStream_t stream);

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/float_convert.h"
+#include "gpu/gpu_kernels.h"
 #include "lowbit/error.h"
 #include "quant/methods/kernel_linear.h"
 
@@ -112,23 +114,29 @@ std::vector<uint16_t> to_bf16_bits(const Tensor& weight) {
 }
 
 GpuLinear GpuLinear::fused_dense(const std::vector<const models::Linear*>& parts,
-                                 const std::string& name) {
+                                 const std::vector<Split>& splits, const std::string& name) {
+  LOWBIT_CHECK_AS(Internal, parts.size() == splits.size(), "fused_dense: one split per part");
   GpuLinear g;
   g.k_ = parts.front()->in_features();
   bool any_bias = false;
-  for (const models::Linear* p : parts) {
-    LOWBIT_CHECK_AS(Internal, !p->method && !p->input_quant && p->in_features() == g.k_,
-                    "fused_dense: " + name + " has a part that is not dense");
-    g.n_ += p->out_features();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const models::Linear* p = parts[i];
+    LOWBIT_CHECK_AS(Internal, !p->method && !p->input_quant && p->in_features() == g.k_ &&
+                                  splits[i].dim != Split::Dim::COLS,
+                    "fused_dense: " + name + " has a part that is not dense or is column-split");
+    g.n_ += splits[i].is_whole() ? p->out_features() : splits[i].end - splits[i].begin;
     any_bias = any_bias || !p->bias.empty();
   }
   std::vector<uint16_t> weight;
   weight.reserve(static_cast<size_t>(g.n_ * g.k_));
   std::vector<uint16_t> bias;
-  for (const models::Linear* p : parts) {
-    const std::vector<uint16_t> w = to_bf16_bits(p->weight);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const models::Linear* p = parts[i];
+    const std::vector<uint16_t> w =
+        slice_matrix(to_bf16_bits(p->weight), p->out_features(), g.k_, splits[i]);
     weight.insert(weight.end(), w.begin(), w.end());
-    const std::vector<uint16_t> b = bias_bits(p->bias, p->out_features());
+    const int64_t rows = static_cast<int64_t>(w.size()) / g.k_;
+    const std::vector<uint16_t> b = bias_bits(slice_bias(p->bias, splits[i], 0), rows);
     bias.insert(bias.end(), b.begin(), b.end());
   }
   g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(weight));
@@ -137,15 +145,44 @@ GpuLinear GpuLinear::fused_dense(const std::vector<const models::Linear*>& parts
   return g;
 }
 
-GpuLinear GpuLinear::from(const models::Linear& linear, const std::string& name,
-                          const std::string& method_name) {
+GpuLinear GpuLinear::random_dense(int64_t n, int64_t k, uint64_t seed) {
+  GpuLinear g;
+  g.n_ = n;
+  g.k_ = k;
+  g.weight_ = kc::DeviceBuffer<uint16_t>(static_cast<size_t>(n * k));
+  fill_random_bf16(g.weight_.data(), n * k, seed);
+  g.weight_ptr_ = g.weight_.data();
+  return g;
+}
+
+GpuLinear GpuLinear::dense_view(const uint16_t* weight, int64_t n, int64_t k) {
+  GpuLinear g;
+  g.n_ = n;
+  g.k_ = k;
+  g.weight_ptr_ = weight;
+  return g;
+}
+
+GpuLinear GpuLinear::from(const models::Linear& linear, const Split& split, int rank,
+                          const std::string& name, const std::string& method_name) {
   if (!linear.method) {
     if (linear.input_quant) {
       throw Unsupported("--device cuda: " + name + " has emulated input quantization (" +
                         quant::to_string(linear.input_quant->strategy) +
                         "), which the GPU backend does not run");
     }
-    return fused_dense({&linear}, name);
+    if (split.dim != Split::Dim::COLS) return fused_dense({&linear}, {split}, name);
+    GpuLinear g;  // a dense row-parallel part
+    g.n_ = linear.out_features();
+    g.k_ = split.end - split.begin;
+    g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(
+        slice_matrix(to_bf16_bits(linear.weight), g.n_, linear.in_features(), split)));
+    g.weight_ptr_ = g.weight_.data();
+    const std::vector<float> bias = slice_bias(linear.bias, split, rank);
+    if (!bias.empty()) {
+      g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias_bits(bias, g.n_)));
+    }
+    return g;
   }
   const std::string kernel = linear.method->kernel_name();
   const auto* method = dynamic_cast<const quant::KernelLinear*>(linear.method.get());
@@ -153,24 +190,36 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const std::string& name,
     unsupported(name, method_name, kernel, "this quantization method has no GPU kernel");
   }
   GpuLinear g;
-  g.n_ = linear.out_features();
-  g.k_ = linear.in_features();
-  if (!linear.bias.empty()) {
-    g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias_bits(linear.bias, g.n_)));
+  const int64_t full_n = linear.out_features(), full_k = linear.in_features();
+  g.n_ = split.dim == Split::Dim::ROWS ? split.end - split.begin : full_n;
+  g.k_ = split.dim == Split::Dim::COLS ? split.end - split.begin : full_k;
+  const std::vector<float> bias = slice_bias(linear.bias, split, rank);
+  if (!bias.empty()) {
+    g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias_bits(bias, g.n_)));
   }
   const std::optional<quant::InputQuant>& input = method->input_quant();
-  auto dense_from = [&](std::vector<uint16_t> bits) {
+  auto dense_from = [&](std::vector<uint16_t> bits) {  // whole-layer bits, cut here
     g.kind_ = Kind::DENSE;
-    g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bits));
+    g.weight_ = kc::DeviceBuffer<uint16_t>(
+        std::span<const uint16_t>(slice_matrix(bits, full_n, full_k, split)));
     g.weight_ptr_ = g.weight_.data();
   };
-  if (const kernels::IntWeights* iw = method->int_weights()) {
+  // Quantized kernels pack this GPU's part of the weights (with its own scales).
+  std::optional<kernels::IntWeights> int_part;
+  std::optional<kernels::Fp8Weights> fp8_part;
+  auto part_of = [&](const auto* whole, auto& part, auto slice) {
+    if (split.is_whole()) return whole;
+    part = slice(*whole, split, name);
+    return static_cast<decltype(whole)>(&*part);
+  };
+  if (const kernels::IntWeights* whole = method->int_weights()) {
     if (!input) {
-      if (iw->bits == 4 || iw->bits == 8) {
+      if (whole->bits == 4 || whole->bits == 8) {
         g.kind_ = Kind::WNA16;
-        g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(kc::pack_wna16_for_gpu(*iw));
+        g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(
+            kc::pack_wna16_for_gpu(*part_of(whole, int_part, slice_int_weights)));
       } else {
-        dense_from(dequantize_bits(*iw));  // other widths: exact weights in bf16
+        dense_from(dequantize_bits(*whole));  // other widths: exact weights in bf16
       }
       return g;
     }
@@ -179,12 +228,13 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const std::string& name,
                   "int weights with " + describe_input(*input) + " inputs have no GPU kernel");
     }
     g.kind_ = Kind::W8A8_INT;
-    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(kc::pack_int8_for_gpu(*iw));
+    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(
+        kc::pack_int8_for_gpu(*part_of(whole, int_part, slice_int_weights)));
     return g;
   }
-  if (const kernels::Fp8Weights* fw = method->fp8_weights()) {
+  if (const kernels::Fp8Weights* whole = method->fp8_weights()) {
     if (!input) {
-      dense_from(dequantize_bits(*fw));
+      dense_from(dequantize_bits(*whole));
       return g;
     }
     if (!fp8_activations(*input, g.k_, g.fp8_act_)) {
@@ -192,7 +242,8 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const std::string& name,
                   "fp8 weights with " + describe_input(*input) + " inputs have no GPU kernel");
     }
     g.kind_ = Kind::W8A8_FP8;
-    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(kc::pack_fp8_for_gpu(*fw));
+    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(
+        kc::pack_fp8_for_gpu(*part_of(whole, fp8_part, slice_fp8_weights)));
     return g;
   }
   if (kernel.rfind("dequant", 0) != 0) {
@@ -208,13 +259,13 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const std::string& name,
   return g;
 }
 
-GpuLinear GpuLinear::lm_head(const models::Linear& linear, const std::string& method_name,
-                             const uint16_t* shared) {
+GpuLinear GpuLinear::lm_head(const models::Linear& linear, const Split& split,
+                             const std::string& method_name, const uint16_t* shared) {
   GpuLinear g;
-  g.n_ = linear.out_features();
+  g.n_ = split.is_whole() ? linear.out_features() : split.end - split.begin;
   g.k_ = linear.in_features();
   if (!linear.bias.empty()) {
-    g.bias_f32_ = kc::DeviceBuffer<float>(std::span<const float>(linear.bias));
+    g.bias_f32_ = kc::DeviceBuffer<float>(std::span<const float>(slice_bias(linear.bias, split, 0)));
   }
   if (shared != nullptr) {
     g.weight_ptr_ = shared;
@@ -247,7 +298,8 @@ GpuLinear GpuLinear::lm_head(const models::Linear& linear, const std::string& me
                             "gpu::load_model_for_gpu");
     }
   }
-  g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bits));
+  g.weight_ = kc::DeviceBuffer<uint16_t>(
+      std::span<const uint16_t>(slice_matrix(bits, linear.out_features(), g.k_, split)));
   g.weight_ptr_ = g.weight_.data();
   return g;
 }

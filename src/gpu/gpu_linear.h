@@ -1,6 +1,7 @@
 // One linear layer of a GpuModel: y [m, n] = x [m, k] · Wᵀ (+ bias), bf16 in and out, on the kernel
 // its weights call for (gpu_model.h says which). Built once at load from the CPU model's
-// models::Linear (dense or run by a quantization method); internal to src/gpu.
+// models::Linear (dense or run by a quantization method), whole or one GPU's part of it (a Split,
+// gpu/tensor_parallel.h); internal to src/gpu.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm_bf16.h"
 #include "kernels/cuda/w8a8_gemm.h"
+#include "gpu/tensor_parallel.h"
 #include "kernels/cuda/wna16_gemm.h"
 #include "models/layers/linear.h"
 
@@ -25,18 +27,25 @@ class GpuLinear {
   GpuLinear(GpuLinear&&) noexcept = default;
   GpuLinear& operator=(GpuLinear&&) noexcept = default;
 
-  // Row-wise concatenation of dense layers (fused q/k/v, gate/up); each part must be dense (no
-  // method, no input quantization). Biases: all parts or none have one (absent → zeros).
+  // Row-wise concatenation of dense layers (fused q/k/v, gate/up), each cut to its split (row
+  // splits: column-parallel parts); each part must be dense (no method, no input quantization).
+  // Biases: all parts or none have one (absent → zeros).
   static GpuLinear fused_dense(const std::vector<const models::Linear*>& parts,
-                               const std::string& name);
-  // One layer on the kernel its weights call for. `name` ("layers.3.self_attn.q_proj") and
-  // `method_name` (the checkpoint's quantization) appear in Unsupported messages.
-  static GpuLinear from(const models::Linear& linear, const std::string& name,
-                        const std::string& method_name);
-  // The LM head: always a dense bf16 weight (quantized heads are dequantized: the logits stay
-  // fp32). `shared` non-null: use that device table (a tied embedding) instead of uploading.
-  static GpuLinear lm_head(const models::Linear& linear, const std::string& method_name,
-                           const uint16_t* shared);
+                               const std::vector<Split>& splits, const std::string& name);
+  // One layer (its `split`) on the kernel its weights call for. `rank` decides who adds the bias
+  // of a column split (rank 0). `name` ("layers.3.self_attn.q_proj") and `method_name` (the
+  // checkpoint's quantization) appear in Unsupported messages.
+  static GpuLinear from(const models::Linear& linear, const Split& split, int rank,
+                        const std::string& name, const std::string& method_name);
+  // The LM head (its vocabulary rows `split`): always a dense bf16 weight (quantized heads are
+  // dequantized: the logits stay fp32). `shared` non-null: use that device table (a tied
+  // embedding, cut to the same rows) instead of uploading.
+  static GpuLinear lm_head(const models::Linear& linear, const Split& split,
+                           const std::string& method_name, const uint16_t* shared);
+  // A dense [n, k] layer of random bf16 weights made on the device (GpuModelOptions::random_weights).
+  static GpuLinear random_dense(int64_t n, int64_t k, uint64_t seed);
+  // The LM head over a device table (random_weights: the random embedding or its own random rows).
+  static GpuLinear dense_view(const uint16_t* weight, int64_t n, int64_t k);
 
   bool empty() const { return n_ == 0; }
   Kind kind() const { return kind_; }

@@ -28,8 +28,15 @@
 // than SiLU, head_dim other than 64 / 128, quantized embeddings, fp8_e5m2 or --calculate-kv-scales
 // KV caches, plugin quantization methods.
 //
-// Threads: a GpuModel runs one forward at a time (one CUDA stream, one set of scratch buffers); use
-// it from one thread. This header has no CUDA types.
+// Tensor parallelism (tensor_parallel_size N > 1, gpu/tensor_parallel.h says what each GPU holds):
+// devices device .. device + N - 1, one host thread per GPU during a forward, NCCL all-reduces
+// after the row-parallel layers and the vocab-parallel embedding, logits gathered on the host.
+// Numerics differ from one GPU only where the partial sums of o_proj and down_proj are rounded to
+// bf16 before they are added (as vLLM does), and where dynamic activation scales (fp8 / int8 per
+// token) of those layers are taken over each GPU's slice of the input (as vLLM does).
+//
+// Threads: a GpuModel runs one forward at a time (one CUDA stream per GPU, one set of scratch
+// buffers); use it from one thread. This header has no CUDA types.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +54,16 @@ struct LoadOptions;
 namespace lowbit::gpu {
 
 struct GpuModelOptions {
-  int device = 0;  // CUDA device index
+  int device = 0;  // CUDA device index (the first of tensor_parallel_size consecutive ones)
+  int tensor_parallel_size = 1;
+  // Benchmarks of shapes no disk holds: dense weights are filled on the device with random bf16
+  // values (uniform, std 0.02; norms 1) instead of being read from the CPU model, whose tensors
+  // are then never touched (a `lowbit synth --no-data` checkpoint of holes serves). Unquantized
+  // checkpoints only.
+  bool random_weights = false;
+  // Tensor parallelism: all-reduces of up to 64 rows by a one-shot peer-to-peer kernel
+  // (gpu/peer_all_reduce.h) where the GPUs have peer access; false: NCCL for every all-reduce.
+  bool peer_all_reduce = true;
   // Longest sequence (cached + new tokens) a GpuSequence may reach; sizes the RoPE table, the block
   // tables and the decode-attention scratch. 0: max_position_embeddings, at most 32768.
   int64_t max_seq_len = 0;
@@ -107,12 +123,13 @@ class GpuModel {
 
   const models::Model& cpu_model() const;
   const GpuModelOptions& options() const;  // with the 0 defaults resolved
-  std::string device_name() const;
+  std::string device_name() const;  // "NVIDIA H200" or "2 x NVIDIA H200"
+  int tensor_parallel_size() const;
   // Device bytes a batch-1 decode step reads as weights: every linear layer, norm and the LM head
-  // once, plus one embedding row.
+  // once, plus one embedding row; summed over the GPUs (each reads its own part).
   double weight_bytes_per_token() const;
-  size_t weight_device_bytes() const;   // all weights held on the device
-  size_t kv_cache_device_bytes() const;
+  size_t weight_device_bytes() const;   // all weights held on the devices (summed)
+  size_t kv_cache_device_bytes() const;  // summed over the devices
   // One line: the kernel of each kind of layer, e.g. "qkv/gate_up fused bf16 x 16, wna16 x 56".
   std::string describe() const;
 
@@ -131,6 +148,9 @@ std::unique_ptr<models::Model> load_model_for_gpu(const std::string& dir,
 // Throws Unsupported naming the reason when CUDA device `device` cannot be used ("no CUDA device is
 // visible to this process (cudaGetDeviceCount: cudaErrorNoDevice ...)").
 void require_device(int device);
+
+// Number of CUDA devices visible (0 when none is usable).
+int device_count();
 
 // The device memory's read bandwidth in GB/s, measured by a streaming kernel over a buffer far
 // larger than L2 (best of several runs); what bounds a batch-1 decode step.

@@ -1,11 +1,13 @@
-// GpuModel::load: checks what the GPU backend can run, uploads the weights (fusing dense q/k/v and
-// gate/up), allocates the KV pool and the scratch of one pass.
+// GpuModel::load: checks what the GPU backend can run, uploads each GPU's part of the weights (fusing
+// dense q/k/v and gate/up), allocates the KV pool and the scratch of one pass per GPU.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <thread>
 
 #include "core/log.h"
 #include "gpu/gpu_impl.h"
+#include "gpu/gpu_kernels.h"
 #include "kernels/cuda/cuda_check.h"
 #include "lowbit/error.h"
 #include "models/layers/attention.h"
@@ -19,6 +21,7 @@ namespace {
 
 constexpr int64_t kDefaultMaxSeqLen = 32768;
 constexpr size_t kLogitScratchBytes = size_t(256) << 20;
+constexpr int64_t kPeerAllReduceRows = 64;
 
 kc::DeviceBuffer<float> upload_f32(const std::vector<float>& v) {
   return kc::DeviceBuffer<float>(std::span<const float>(v));
@@ -48,42 +51,72 @@ void check_supported(const models::ModelConfig& c, const models::DecoderWeights&
   }
 }
 
-void upload_layer(const models::Model& cpu, size_t index, GpuModel::Impl& im, GpuLayer& g) {
+// A norm's weights, or ones (random_weights: the CPU tensors are not read).
+kc::DeviceBuffer<float> upload_norm(const Shard& im, const std::vector<float>& v, int64_t size) {
+  return upload_f32(im.options.random_weights ? std::vector<float>(static_cast<size_t>(size), 1.0f) : v);
+}
+
+// Random dense weights of a layer's part: `seed` differs per layer, projection and rank.
+void random_layer(Shard& im, size_t index, GpuLayer& g) {
+  const uint64_t seed = (static_cast<uint64_t>(index) << 20) + (static_cast<uint64_t>(im.plan.rank) << 8);
+  g.qkv.push_back(GpuLinear::random_dense(im.q_width + 2 * im.kv_width, im.hidden, seed + 1));
+  g.o = GpuLinear::random_dense(im.hidden, im.q_width, seed + 2);
+  g.gate_up.push_back(GpuLinear::random_dense(2 * im.intermediate, im.hidden, seed + 3));
+  g.down = GpuLinear::random_dense(im.hidden, im.intermediate, seed + 4);
+}
+
+void upload_layer(const models::Model& cpu, size_t index, Shard& im, GpuLayer& g) {
   const models::LayerWeights& l = cpu.weights().layers[index];
   const std::string method = cpu.quantization();
   const std::string prefix = "model.layers." + std::to_string(index) + ".";
-  g.input_norm = upload_f32(l.input_norm);
-  g.post_norm = upload_f32(l.post_attention_norm);
+  const TpPlan& plan = im.plan;
+  const int rank = plan.rank;
+  g.input_norm = upload_norm(im, l.input_norm, im.hidden);
+  g.post_norm = upload_norm(im, l.post_attention_norm, im.hidden);
   const models::AttentionWeights& a = l.attention;
   if (!a.q_norm.empty()) {
-    g.q_norm = upload_f32(a.q_norm);
-    g.k_norm = upload_f32(a.k_norm);
+    g.q_norm = upload_norm(im, a.q_norm, im.head_dim);
+    g.k_norm = upload_norm(im, a.k_norm, im.head_dim);
   }
+  g.window = l.sliding_window;
+  const models::MlpWeights& m = l.mlp;
+  LOWBIT_CHECK_AS(Unsupported, m.down.in_features() == im.intermediate * plan.world,
+                  "--device cuda: " + prefix + "mlp has a different intermediate size than layer 0");
+  if (im.options.random_weights) {
+    random_layer(im, index, g);
+    return;
+  }
+  const Split q_rows = plan.q_rows(im.head_dim), kv_rows = plan.kv_rows(im.head_dim);
   // Fused when every part is dense; q/k norms want q and k as dense [rows · heads, head_dim].
   if (is_dense(a.q) && is_dense(a.k) && is_dense(a.v) && a.q_norm.empty()) {
-    g.qkv.push_back(GpuLinear::fused_dense({&a.q, &a.k, &a.v}, prefix + "self_attn.qkv_proj"));
+    g.qkv.push_back(GpuLinear::fused_dense({&a.q, &a.k, &a.v}, {q_rows, kv_rows, kv_rows},
+                                           prefix + "self_attn.qkv_proj"));
   } else {
-    g.qkv.push_back(GpuLinear::from(a.q, prefix + "self_attn.q_proj", method));
-    g.qkv.push_back(GpuLinear::from(a.k, prefix + "self_attn.k_proj", method));
-    g.qkv.push_back(GpuLinear::from(a.v, prefix + "self_attn.v_proj", method));
+    g.qkv.push_back(GpuLinear::from(a.q, q_rows, rank, prefix + "self_attn.q_proj", method));
+    g.qkv.push_back(GpuLinear::from(a.k, kv_rows, rank, prefix + "self_attn.k_proj", method));
+    g.qkv.push_back(GpuLinear::from(a.v, kv_rows, rank, prefix + "self_attn.v_proj", method));
   }
-  g.o = GpuLinear::from(a.o, prefix + "self_attn.o_proj", method);
-  const models::MlpWeights& m = l.mlp;
+  g.o = GpuLinear::from(a.o, plan.o_cols(im.head_dim), rank, prefix + "self_attn.o_proj", method);
+  const Split mlp_rows = plan.mlp_rows();
   if (is_dense(m.gate) && is_dense(m.up)) {
-    g.gate_up.push_back(GpuLinear::fused_dense({&m.gate, &m.up}, prefix + "mlp.gate_up_proj"));
+    g.gate_up.push_back(GpuLinear::fused_dense({&m.gate, &m.up}, {mlp_rows, mlp_rows},
+                                               prefix + "mlp.gate_up_proj"));
   } else {
-    g.gate_up.push_back(GpuLinear::from(m.gate, prefix + "mlp.gate_proj", method));
-    g.gate_up.push_back(GpuLinear::from(m.up, prefix + "mlp.up_proj", method));
+    g.gate_up.push_back(GpuLinear::from(m.gate, mlp_rows, rank, prefix + "mlp.gate_proj", method));
+    g.gate_up.push_back(GpuLinear::from(m.up, mlp_rows, rank, prefix + "mlp.up_proj", method));
   }
-  g.down = GpuLinear::from(m.down, prefix + "mlp.down_proj", method);
-  g.window = l.sliding_window;
-  if (im.intermediate == 0) im.intermediate = m.down.in_features();
-  LOWBIT_CHECK_AS(Unsupported, m.down.in_features() == im.intermediate,
-                  "--device cuda: " + prefix + "mlp has a different intermediate size than layer 0");
+  g.down = GpuLinear::from(m.down, plan.mlp_cols(), rank, prefix + "mlp.down_proj", method);
+}
+
+// This rank's part of a per-KV-head scale vector (a per-tensor scale is everyone's).
+std::vector<float> kv_scale_part(const Shard& im, std::vector<float> scale) {
+  if (scale.size() <= 1 || im.plan.world == 1) return scale;
+  const auto begin = scale.begin() + im.plan.kv_head_begin;
+  return std::vector<float>(begin, begin + im.kv_heads);
 }
 
 // The KV cache of each layer: bf16, or fp8 e4m3 with the CPU quantizer's scales.
-void allocate_kv(const models::Model& cpu, GpuModel::Impl& im) {
+void allocate_kv(const models::Model& cpu, Shard& im) {
   const models::KvCacheQuantizer* q = cpu.kv_cache_quantizer();
   if (q != nullptr && q->active()) {
     const std::string d = q->describe();
@@ -93,12 +126,6 @@ void allocate_kv(const models::Model& cpu, GpuModel::Impl& im) {
     }
   }
   const int64_t tokens = im.options.kv_cache_tokens;
-  im.pool = std::make_shared<BlockPool>();
-  im.pool->block_size = im.options.block_size;
-  im.pool->num_blocks = (tokens + im.options.block_size - 1) / im.options.block_size;
-  LOWBIT_CHECK(im.pool->num_blocks < (int64_t{1} << 31) / im.options.block_size,
-               "--device cuda: kv_cache_tokens is too large");
-  for (int64_t b = im.pool->num_blocks - 1; b >= 0; --b) im.pool->free.push_back(static_cast<int32_t>(b));
   im.max_blocks_per_seq =
       static_cast<int>((im.options.max_seq_len + im.options.block_size - 1) / im.options.block_size);
   for (size_t l = 0; l < im.layers.size(); ++l) {
@@ -108,8 +135,8 @@ void allocate_kv(const models::Model& cpu, GpuModel::Impl& im) {
     g.kv.head_dim = static_cast<int>(im.head_dim);
     if (q != nullptr && q->quantizes(static_cast<int64_t>(l))) {
       g.kv.dtype = kc::KvCacheDtype::FP8_E4M3;
-      g.k_scale = upload_f32(q->k_scale(static_cast<int64_t>(l)));
-      g.v_scale = upload_f32(q->v_scale(static_cast<int64_t>(l)));
+      g.k_scale = upload_f32(kv_scale_part(im, q->k_scale(static_cast<int64_t>(l))));
+      g.v_scale = upload_f32(kv_scale_part(im, q->v_scale(static_cast<int64_t>(l))));
       g.kv.k_scale = g.k_scale.data();
       g.kv.v_scale = g.v_scale.data();
       g.kv.scale_count = static_cast<int>(g.k_scale.size());
@@ -129,7 +156,7 @@ void allocate_kv(const models::Model& cpu, GpuModel::Impl& im) {
   }
 }
 
-kernels::AttentionShape attention_shape(const GpuModel::Impl& im, int64_t window) {
+kernels::AttentionShape attention_shape(const Shard& im, int64_t window) {
   kernels::AttentionShape s;
   s.heads = static_cast<int>(im.heads);
   s.kv_heads = static_cast<int>(im.kv_heads);
@@ -139,7 +166,7 @@ kernels::AttentionShape attention_shape(const GpuModel::Impl& im, int64_t window
   return s;
 }
 
-void allocate_scratch(GpuModel::Impl& im) {
+void allocate_scratch(Shard& im) {
   const int64_t t = im.options.max_step_tokens;
   const auto rows = static_cast<size_t>(t);
   im.residual = kc::DeviceBuffer<uint16_t>(rows * static_cast<size_t>(im.hidden));
@@ -164,17 +191,18 @@ void allocate_scratch(GpuModel::Impl& im) {
   }
   im.workspace = kc::DeviceBuffer<uint8_t>(ws);
   im.attn_workspace = kc::DeviceBuffer<uint8_t>(attn_ws);
+  const auto vocab_rows = static_cast<size_t>(std::max<int64_t>(im.vocab_rows, 1));
   im.logit_rows = std::clamp<int64_t>(
-      static_cast<int64_t>(kLogitScratchBytes / (sizeof(float) * static_cast<size_t>(im.vocab))), 1, t);
-  im.logits = kc::DeviceBuffer<float>(static_cast<size_t>(im.logit_rows * im.vocab));
-  im.logits_host = PinnedBuffer<float>(static_cast<size_t>(im.vocab));
+      static_cast<int64_t>(kLogitScratchBytes / (sizeof(float) * vocab_rows)), 1, t);
+  im.logits = kc::DeviceBuffer<float>(static_cast<size_t>(im.logit_rows) * vocab_rows);
+  im.logits_host = PinnedBuffer<float>(vocab_rows);
   im.meta = kc::DeviceBuffer<int32_t>(static_cast<size_t>(3 * t + 3 + im.max_blocks_per_seq));
   im.meta_host = PinnedBuffer<int32_t>(im.meta.size());
 }
 
 // cos/sin rows [0, max_seq_len) of the frequencies every call uses until dynamic / longrope
 // scaling switches (RotaryEmbedding::cos_sin, the CPU's own table code).
-void build_rope_table(const models::Model& cpu, GpuModel::Impl& im) {
+void build_rope_table(const models::Model& cpu, Shard& im) {
   models::RopeFrequencies scratch;
   const models::RopeFrequencies& freq = cpu.rotary().frequencies(0, scratch);
   const int64_t half = im.rotary_dim / 2, rows = im.options.max_seq_len;
@@ -190,7 +218,7 @@ void build_rope_table(const models::Model& cpu, GpuModel::Impl& im) {
   im.rope_call_host = PinnedBuffer<float>(im.rope_call.size());
 }
 
-void summarize(GpuModel::Impl& im) {
+void summarize(Shard& im) {
   std::map<std::string, int> kernels;
   size_t bytes = im.lm_head.device_bytes() + im.final_norm.bytes();
   auto count = [&](const GpuLinear& l, bool fused) {
@@ -228,75 +256,175 @@ void resolve_options(const models::ModelConfig& c, GpuModelOptions& o) {
 
 }  // namespace
 
-void upload_weights(const models::Model& cpu, GpuModel::Impl& im) {
+void upload_weights(const models::Model& cpu, Shard& im) {
   const models::ModelConfig& c = cpu.config();
   const models::DecoderWeights& w = cpu.weights();
   check_supported(c, w);
+  const TpPlan& plan = im.plan;
   im.hidden = c.hidden_size;
   im.vocab = c.vocab_size;
-  im.heads = c.num_heads;
-  im.kv_heads = c.num_kv_heads;
+  im.vocab_begin = plan.vocab_begin;
+  im.vocab_rows = plan.vocab_rows;
+  im.heads = plan.heads;
+  im.kv_heads = plan.kv_heads;
   im.head_dim = c.head_dim;
   im.rotary_dim = c.rotary_dim();
   im.q_width = im.heads * im.head_dim;
   im.kv_width = im.kv_heads * im.head_dim;
+  im.intermediate = plan.intermediate;
   im.eps = static_cast<float>(c.rms_norm_eps);
   im.embed_scale = w.embed_scale;
   im.attention_scale = models::attention_scale(c.head_dim);
-  im.embed = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(to_bf16_bits(w.embed)));
+  const bool random = im.options.random_weights;
+  const Split vocab = plan.vocab();
+  if (random) {
+    im.embed = kc::DeviceBuffer<uint16_t>(static_cast<size_t>(im.vocab_rows * im.hidden));
+    fill_random_bf16(im.embed.data(), im.vocab_rows * im.hidden, (uint64_t{1} << 40) + plan.rank);
+  } else {
+    im.embed = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(
+        slice_matrix(to_bf16_bits(w.embed), im.vocab, im.hidden, vocab)));
+  }
   im.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) upload_layer(cpu, l, im, im.layers[l]);
-  im.final_norm = upload_f32(w.final_norm);
+  im.final_norm = upload_norm(im, w.final_norm, im.hidden);
   // A tied head is the embedding matrix itself (same tensor): one device copy serves both.
   const bool tied = !w.lm_head.method && !w.lm_head.input_quant &&
                     w.lm_head.weight.data() == w.embed.data() &&
                     w.lm_head.weight.shape() == w.embed.shape();
-  im.lm_head = GpuLinear::lm_head(w.lm_head, cpu.quantization(), tied ? im.embed.data() : nullptr);
+  if (random) {
+    im.lm_head = tied ? GpuLinear::dense_view(im.embed.data(), im.vocab_rows, im.hidden)
+                      : GpuLinear::random_dense(im.vocab_rows, im.hidden, (uint64_t{2} << 40) + plan.rank);
+  } else {
+    im.lm_head = GpuLinear::lm_head(w.lm_head, vocab, cpu.quantization(),
+                                    tied ? im.embed.data() : nullptr);
+  }
   summarize(im);
 }
 
-GpuModel::Impl::~Impl() {
+Shard::~Shard() {
   for (DecodeGraph& g : graphs) {
     if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
   }
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
+namespace {
+
+// One GPU's part: weights, KV cache, scratch, RoPE table; on the calling thread (its device set).
+void load_shard(const models::Model& cpu, Shard& im) {
+  LOWBIT_CUDA_CHECK(cudaSetDevice(im.device));
+  cudaDeviceProp props{};
+  LOWBIT_CUDA_CHECK(cudaGetDeviceProperties(&props, im.device));
+  im.device_name = props.name;
+  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
+  im.blas = std::make_unique<kc::BlasLt>();
+  upload_weights(cpu, im);
+  allocate_kv(cpu, im);
+  allocate_scratch(im);
+  build_rope_table(cpu, im);
+  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads and fills are done before any use
+}
+
+std::shared_ptr<BlockPool> make_pool(const GpuModelOptions& o) {
+  auto pool = std::make_shared<BlockPool>();
+  pool->block_size = o.block_size;
+  pool->num_blocks = (o.kv_cache_tokens + o.block_size - 1) / o.block_size;
+  LOWBIT_CHECK(pool->num_blocks < (int64_t{1} << 31) / o.block_size,
+               "--device cuda: kv_cache_tokens is too large");
+  for (int64_t b = pool->num_blocks - 1; b >= 0; --b) pool->free.push_back(static_cast<int32_t>(b));
+  return pool;
+}
+
+}  // namespace
+
 GpuModel::GpuModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuModel::~GpuModel() = default;
 
 std::unique_ptr<GpuModel> GpuModel::load(const models::Model& cpu_model,
                                          const GpuModelOptions& options) {
+  const int world = options.tensor_parallel_size;
+  LOWBIT_CHECK(world >= 1, "--tensor-parallel-size must be >= 1 (got " + std::to_string(world) + ")");
   require_device(options.device);
+  if (world > 1) require_device(options.device + world - 1);
   auto im = std::make_unique<Impl>();
   im->cpu = &cpu_model;
   im->options = options;
   resolve_options(cpu_model.config(), im->options);
-  im->device = options.device;
-  im->graphs_enabled = options.cuda_graphs;
-  LOWBIT_CUDA_CHECK(cudaSetDevice(im->device));
-  cudaDeviceProp props{};
-  LOWBIT_CUDA_CHECK(cudaGetDeviceProperties(&props, im->device));
-  im->device_name = props.name;
-  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
-  im->blas = std::make_unique<kc::BlasLt>();
-  upload_weights(cpu_model, *im);
-  allocate_kv(cpu_model, *im);
-  allocate_scratch(*im);
-  build_rope_table(cpu_model, *im);
-  log_info("GPU model on " + im->device_name + ": " +
-           std::to_string(im->weight_bytes >> 20) + " MiB of weights (" + im->kernels_summary +
-           "), KV cache " + std::to_string(im->options.kv_cache_tokens) + " tokens (" +
-           std::to_string(im->kv_bytes >> 20) + " MiB)");
+  const models::ModelConfig& c = cpu_model.config();
+  if (im->options.random_weights) {
+    LOWBIT_CHECK_AS(Unsupported, cpu_model.quantization().rfind("none", 0) == 0,
+                    "--random-weights: " + c.source + " is quantized (" + cpu_model.quantization() +
+                        "); random weights are made for unquantized checkpoints only");
+  }
+  const int64_t intermediate = cpu_model.weights().layers.empty()
+                                   ? 0
+                                   : cpu_model.weights().layers[0].mlp.down.in_features();
+  std::vector<int> devices;
+  for (int r = 0; r < world; ++r) devices.push_back(options.device + r);
+  if (world > 1) {
+    im->nccl = std::make_unique<NcclGroup>(devices);
+    // Up to kPeerAllReduceRows rows of the residual stream: decode steps and short chunks.
+    if (options.peer_all_reduce) {
+      im->peer = PeerAllReduce::create(devices, kPeerAllReduceRows * c.hidden_size);
+    }
+  }
+  im->pool = make_pool(im->options);
+  for (int r = 0; r < world; ++r) {
+    auto shard = std::make_unique<Shard>();
+    shard->cpu = &cpu_model;
+    shard->options = im->options;
+    shard->device = devices[static_cast<size_t>(r)];
+    shard->plan = plan_tensor_parallel(c, intermediate, r, world);
+    shard->nccl = im->nccl.get();
+    shard->peer = im->peer.get();
+    shard->graphs_enabled = options.cuda_graphs;
+    shard->pool = im->pool;
+    im->shards.push_back(std::move(shard));
+  }
+  run_per_rank(world, [&](int r) { load_shard(cpu_model, *im->shards[static_cast<size_t>(r)]); });
+  size_t weights = 0, kv = 0;
+  for (const auto& s : im->shards) {
+    weights += s->weight_bytes;
+    kv += s->kv_bytes;
+  }
+  const Shard& first = *im->shards.front();
+  log_info("GPU model on " + (world > 1 ? std::to_string(world) + " x " : "") + first.device_name +
+           ": " + std::to_string(weights >> 20) + " MiB of weights (" + first.kernels_summary +
+           (world > 1 ? " per GPU" : "") + "), KV cache " +
+           std::to_string(im->options.kv_cache_tokens) + " tokens (" + std::to_string(kv >> 20) +
+           " MiB)");
   return std::unique_ptr<GpuModel>(new GpuModel(std::move(im)));
 }
 
 const models::Model& GpuModel::cpu_model() const { return *impl_->cpu; }
 const GpuModelOptions& GpuModel::options() const { return impl_->options; }
-std::string GpuModel::device_name() const { return impl_->device_name; }
-double GpuModel::weight_bytes_per_token() const { return impl_->bytes_per_token; }
-size_t GpuModel::weight_device_bytes() const { return impl_->weight_bytes; }
-size_t GpuModel::kv_cache_device_bytes() const { return impl_->kv_bytes; }
-std::string GpuModel::describe() const { return impl_->kernels_summary; }
+int GpuModel::tensor_parallel_size() const { return static_cast<int>(impl_->shards.size()); }
+std::string GpuModel::device_name() const {
+  const std::string& name = impl_->shards.front()->device_name;
+  return impl_->shards.size() > 1 ? std::to_string(impl_->shards.size()) + " x " + name : name;
+}
+double GpuModel::weight_bytes_per_token() const {
+  double bytes = 0;
+  for (const auto& s : impl_->shards) bytes += s->bytes_per_token;
+  return bytes;
+}
+size_t GpuModel::weight_device_bytes() const {
+  size_t bytes = 0;
+  for (const auto& s : impl_->shards) bytes += s->weight_bytes;
+  return bytes;
+}
+size_t GpuModel::kv_cache_device_bytes() const {
+  size_t bytes = 0;
+  for (const auto& s : impl_->shards) bytes += s->kv_bytes;
+  return bytes;
+}
+std::string GpuModel::describe() const {
+  const Shard& s = *impl_->shards.front();
+  if (impl_->shards.size() == 1) return s.kernels_summary;
+  return "tensor parallel x " + std::to_string(impl_->shards.size()) +
+         (impl_->peer ? " (NCCL; peer all-reduce up to " + std::to_string(kPeerAllReduceRows) + " rows)"
+                      : " (NCCL)") +
+         ", per GPU: " + s.kernels_summary;
+}
 
 }  // namespace lowbit::gpu

@@ -34,40 +34,13 @@
 #include "lowbit/error.h"
 #include "models/model.h"
 #include "../../cli/cli_runner.h"
+#include "logit_compare.h"
 
 namespace lowbit::gpu {
 namespace {
 
 namespace fs = std::filesystem;
 using lowbit::testing::run_lowbit;
-
-constexpr double kRelativeTolerance = 0.03;  // of max |reference logit| (header comment)
-constexpr float kMarginForArgmax = 0.3f;     // reference top-2 margin above which argmax must agree
-
-// Compares `rows` rows of logits against a reference; empty on success, else what differs.
-std::string compare_rows(const float* ours, const float* ref, int64_t rows, int64_t vocab,
-                         double tolerance = kRelativeTolerance) {
-  float max_abs = 0.0f, max_diff = 0.0f;
-  for (int64_t i = 0; i < rows * vocab; ++i) {
-    max_abs = std::max(max_abs, std::fabs(ref[i]));
-    max_diff = std::max(max_diff, std::fabs(ours[i] - ref[i]));
-  }
-  if (!(max_diff <= tolerance * max_abs)) {
-    return "max |diff| " + std::to_string(max_diff) + " > " + std::to_string(tolerance) +
-           " * max |logit| " + std::to_string(max_abs);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* o = ours + r * vocab;
-    const float* g = ref + r * vocab;
-    const int64_t a = std::max_element(o, o + vocab) - o;
-    const int64_t b = std::max_element(g, g + vocab) - g;
-    if (a != b && g[b] - g[a] >= kMarginForArgmax) {
-      return "argmax differs at row " + std::to_string(r) + ": ours " + std::to_string(a) +
-             ", reference " + std::to_string(b) + " with a margin of " + std::to_string(g[b] - g[a]);
-    }
-  }
-  return "";
-}
 
 const fs::path kSourceDir = LOWBIT_SOURCE_DIR;
 const fs::path kModelDir = kSourceDir / "models/ref-llama-19m";
