@@ -32,6 +32,7 @@ struct BenchOptions {
   bool json = false;
   DeviceOptions device;
   bool random_weights = false;
+  int64_t batch = 1;
 };
 
 double now_seconds() {
@@ -58,13 +59,17 @@ int run_bench(const BenchOptions& options) {
   apply_threads(options.threads);
   LOWBIT_CHECK(options.prompt_tokens >= 1 && options.decode_tokens >= 2 && options.repeats >= 1,
                "bench: --prompt-tokens >= 1, --decode-tokens >= 2 and --repeats >= 1 are required");
+  LOWBIT_CHECK(options.batch >= 1 && (options.batch == 1 || options.device.device == "cuda"),
+               "bench: --batch N (N >= 1) decodes N sequences together on the GPU: add --device cuda "
+               "(on the CPU, `lowbit bench serve` measures batching through the server)");
   LOWBIT_CHECK(!options.random_weights || options.device.device == "cuda",
                "bench: --random-weights makes the weights on the GPU: add --device cuda");
   auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
   if (use_cuda(options.device)) {
     return run_bench_cuda(*model, {options.model, options.prompt_tokens, options.decode_tokens,
                                    options.repeats, options.json,
-                                   options.device.tensor_parallel_size, options.random_weights});
+                                   options.device.tensor_parallel_size, options.random_weights,
+                                   options.batch});
   }
   const auto& config = model->config();
   const double bytes_per_token = weight_bytes_per_token(options.model, config);
@@ -155,6 +160,10 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   sub->add_flag("--random-weights", options->random_weights,
                 "--device cuda: fill the weights with random values on the GPUs instead of reading "
                 "them (speed of shapes no disk holds; see `lowbit synth --no-data`)");
+  sub->add_option("--batch", options->batch,
+                  "--device cuda: also decode this many sequences stepping together (batched "
+                  "forward, what continuous batching runs)")
+      ->capture_default_str();
   // Listed before bench itself: main() runs the first parsed command, and `bench serve` parses both.
   add_bench_serve_command(*sub, commands);
   commands.push_back({sub, [options] { return run_bench(*options); }});

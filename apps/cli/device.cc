@@ -190,12 +190,57 @@ eval::PerplexityResult perplexity_cuda(const models::Model& model,
   return result;
 }
 
+namespace {
+
+// Decode tok/s of `batch` sequences stepping together (GpuModel::forward_batch, what continuous
+// batching runs): each sequence prefilled with its own 8-token prompt, then decode_tokens batched
+// steps with a host argmax per sequence; best of `repeats` rounds after a warm-up round, the first
+// step of each round excluded. Returns tokens of all sequences per second.
+double batched_decode_tps(gpu::GpuModel& gpu, const std::vector<int32_t>& prompt, int64_t batch,
+                          const CudaBenchOptions& options) {
+  const auto vocab = static_cast<size_t>(gpu.cpu_model().config().vocab_size);
+  std::vector<gpu::GpuSequence> seqs;
+  for (int64_t b = 0; b < batch; ++b) seqs.push_back(gpu.new_sequence());
+  double best = 1e30;
+  for (int r = 0; r <= options.repeats; ++r) {
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      seqs[static_cast<size_t>(b)].clear();
+      const size_t shift = static_cast<size_t>(b) % (prompt.size() - 7);  // distinct prompts
+      const Tensor logits = gpu.forward(std::span<const int32_t>(prompt.data() + shift, 8),
+                                        seqs[static_cast<size_t>(b)], false);
+      next[static_cast<size_t>(b)] = runtime::argmax({logits.data_as<const float>(), vocab});
+    }
+    double start = now_seconds();
+    for (int64_t step = 0; step < options.decode_tokens; ++step) {
+      if (step == 1) start = now_seconds();
+      std::vector<gpu::GpuModel::BatchItem> items;
+      for (int64_t b = 0; b < batch; ++b) {
+        items.push_back({std::span<const int32_t>(&next[static_cast<size_t>(b)], 1),
+                         &seqs[static_cast<size_t>(b)], false});
+      }
+      const std::vector<Tensor> logits = gpu.forward_batch(items);
+      for (int64_t b = 0; b < batch; ++b) {
+        next[static_cast<size_t>(b)] =
+            runtime::argmax({logits[static_cast<size_t>(b)].data_as<const float>(), vocab});
+      }
+    }
+    const double per_step = (now_seconds() - start) / static_cast<double>(options.decode_tokens - 1);
+    if (r > 0) best = std::min(best, per_step);
+  }
+  return static_cast<double>(batch) / best;
+}
+
+}  // namespace
+
 int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) {
   const models::ModelConfig& config = model.config();
   gpu::GpuModelOptions gpu_options;
   gpu_options.max_seq_len = std::max<int64_t>(options.prompt_tokens, 8) + options.decode_tokens;
   gpu_options.tensor_parallel_size = options.tensor_parallel_size;
   gpu_options.random_weights = options.random_weights;
+  gpu_options.kv_cache_tokens = gpu_options.max_seq_len * std::max<int64_t>(2, options.batch);
+  gpu_options.max_batch_size = std::max<int64_t>(options.batch, 1);
   // LOWBIT_TP_ALL_REDUCE=nccl: every all-reduce through NCCL (to measure the peer kernel's gain).
   const char* all_reduce = std::getenv("LOWBIT_TP_ALL_REDUCE");
   gpu_options.peer_all_reduce = all_reduce == nullptr || std::string(all_reduce) != "nccl";
@@ -237,6 +282,7 @@ int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) 
     const double per_step = (now_seconds() - start) / static_cast<double>(options.decode_tokens - 1);
     if (r > 0) decode_best = std::min(decode_best, per_step);
   }
+  const double batch_tps = options.batch > 1 ? batched_decode_tps(*gpu, prompt, options.batch, options) : 0;
   const double bytes = gpu->weight_bytes_per_token();
   const double prefill_tps = static_cast<double>(options.prompt_tokens) / prefill_best;
   const double decode_tps = 1.0 / decode_best;
@@ -250,13 +296,14 @@ int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) 
         "\"spec_bandwidth_gbps\": %.0f, \"prefill_tokens\": %lld, \"prefill_tps\": %.2f, "
         "\"decode_tps\": %.2f, \"decode_weight_gbps\": %.2f, \"decode_bandwidth_fraction\": %.4f, "
         "\"decode_spec_fraction\": %.4f, \"weight_device_bytes\": %zu, \"kv_cache_device_bytes\": %zu, "
-        "\"tensor_parallel_size\": %d, \"random_weights\": %s}\n",
+        "\"tensor_parallel_size\": %d, \"random_weights\": %s, \"batch\": %lld, "
+        "\"batch_decode_tps\": %.2f}\n",
         options.model_dir.c_str(), config.architecture.c_str(), gpu->device_name().c_str(),
         gpu->describe().c_str(), bytes, bandwidth, spec_gbps,
         static_cast<long long>(options.prompt_tokens), prefill_tps, decode_tps, weight_gbps,
         weight_gbps / bandwidth, weight_gbps / spec_gbps, gpu->weight_device_bytes(),
         gpu->kv_cache_device_bytes(), options.tensor_parallel_size,
-        options.random_weights ? "true" : "false");
+        options.random_weights ? "true" : "false", static_cast<long long>(options.batch), batch_tps);
     return 0;
   }
   std::printf("model            %s (%s) on %s\n", options.model_dir.c_str(),
@@ -272,6 +319,12 @@ int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) 
               "(limit %.1f tok/s; %.1f%% of spec, limit %.1f tok/s)\n",
               decode_tps, weight_gbps, 100.0 * weight_gbps / bandwidth, limit_tps,
               100.0 * weight_gbps / spec_gbps, spec_limit_tps);
+  if (options.batch > 1) {
+    std::printf("decode x %-6lld %.1f tok/s over %lld sequences stepping together (%.2f tok/s each; "
+                "%.1fx batch 1)\n",
+                static_cast<long long>(options.batch), batch_tps, static_cast<long long>(options.batch),
+                batch_tps / static_cast<double>(options.batch), batch_tps / decode_tps);
+  }
   std::printf("device memory    %.1f MiB weights, %.1f MiB KV cache\n",
               static_cast<double>(gpu->weight_device_bytes()) / (1024.0 * 1024.0),
               static_cast<double>(gpu->kv_cache_device_bytes()) / (1024.0 * 1024.0));

@@ -60,6 +60,7 @@ struct CudaBenchOptions {
   bool json = false;
   int tensor_parallel_size = 1;
   bool random_weights = false;  // --random-weights: weights made on the GPUs (shapes only read)
+  int64_t batch = 1;            // --batch: also decode this many sequences stepping together
 };
 
 // `lowbit bench --device cuda`: prefill and decode tok/s beside the device memory bandwidth

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "gpu/gpu_impl.h"
 #include "gpu/gpu_kernels.h"
+#include "gpu/gpu_pass.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/small_ops.h"
 #include "lowbit/error.h"
@@ -20,20 +21,6 @@ namespace kc = kernels::cuda;
 namespace {
 
 constexpr int64_t kMinBucket = 256;
-
-// Device pointers of one pass's metadata (inside Impl::meta, laid out by fill_meta).
-struct Pass {
-  int64_t rows = 0;
-  int64_t max_context = 0;  // host upper bound of the context length (sizes attention grids)
-  const int32_t* ids = nullptr;
-  const int32_t* positions = nullptr;
-  const int32_t* slots = nullptr;
-  const int32_t* context_len = nullptr;
-  const int32_t* query_start = nullptr;
-  const int32_t* block_table = nullptr;
-  const float* rope = nullptr;  // cos/sin table the positions index
-  int64_t rope_rows = 0;
-};
 
 const __nv_bfloat16* as_bf16(const uint16_t* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
 __nv_bfloat16* as_bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
@@ -74,16 +61,18 @@ void attention(Shard& im, const GpuLayer& g, const Pass& p, uint16_t* q,
   shape.window = g.window;
   shape.scale = im.attention_scale;
   kc::PagedBatch batch;
-  batch.num_seqs = 1;
+  batch.num_seqs = static_cast<int>(p.num_seqs);
   batch.context_lens = p.context_len;
   batch.block_tables = p.block_table;
-  batch.max_blocks_per_seq = im.max_blocks_per_seq;
+  batch.max_blocks_per_seq = static_cast<int>(p.block_stride > 0 ? p.block_stride : im.max_blocks_per_seq);
   batch.max_context_len = static_cast<int>(p.max_context);
   batch.query_start = p.query_start;
-  batch.max_query_len = static_cast<int>(p.rows);
-  if (p.rows == 1) {
-    kc::decode_attention(as_bf16(q), q_stride, g.kv, batch, shape, as_bf16(im.attn.data()),
-                         im.attn_workspace.data(), im.attn_workspace.bytes(), im.stream);
+  batch.max_query_len = static_cast<int>(p.max_query > 0 ? p.max_query : p.rows);
+  if (p.rows == p.num_seqs) {  // one new token per sequence: decode
+    void* ws = p.attn_workspace != nullptr ? p.attn_workspace : im.attn_workspace.data();
+    const size_t ws_bytes = p.attn_workspace != nullptr ? p.attn_workspace_bytes : im.attn_workspace.bytes();
+    kc::decode_attention(as_bf16(q), q_stride, g.kv, batch, shape, as_bf16(im.attn.data()), ws,
+                         ws_bytes, im.stream);
   } else {
     kc::prefill_attention(as_bf16(q), q_stride, g.kv, batch, shape, as_bf16(im.attn.data()),
                           im.stream);
@@ -136,6 +125,8 @@ void run_layer(Shard& im, const GpuLayer& g, const float* next_norm, const Pass&
   kc::fused_add_rmsnorm(normed, im.residual.data(), next_norm, im.eps, m, im.hidden, im.stream);
 }
 
+}  // namespace
+
 // Embedding through the last layer: buf_a ends as RMSNorm_final(x) of the pass's rows.
 void run_layers(Shard& im, const Pass& p) {
   if (im.nccl == nullptr) {
@@ -155,6 +146,8 @@ void run_layers(Shard& im, const Pass& p) {
     run_layer(im, im.layers[l], next, p);
   }
 }
+
+namespace {
 
 // Host side of one pass's metadata: ids, positions, slots, context length, query start and the
 // block table, packed at fixed offsets for rows == 1 (the layout a decode graph reads).
@@ -262,6 +255,8 @@ bool run_decode_graph(Shard& im, const Pass& p) {
   return true;
 }
 
+}  // namespace
+
 void check_tokens(std::span<const int32_t> tokens, int64_t vocab) {
   if (tokens.empty()) throw InvalidArgument("forward: no tokens to process");
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -300,7 +295,6 @@ void copy_logits(Shard& im, const float* device, int64_t rows, float* out_row) {
                                       cudaMemcpyDeviceToHost, im.stream));
 }
 
-}  // namespace
 
 void forward_shard(Shard& im, const GpuSequence::State& seq, std::span<const int32_t> tokens,
                    int64_t past, bool all_logits, float* out) {

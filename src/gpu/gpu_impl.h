@@ -136,12 +136,14 @@ struct Shard {
   kernels::cuda::DeviceBuffer<uint16_t> gate_up;                  // [T, 2 · intermediate]
   kernels::cuda::DeviceBuffer<uint16_t> act;                      // [T, intermediate]
   kernels::cuda::DeviceBuffer<uint8_t> workspace;                 // linear layers
-  kernels::cuda::DeviceBuffer<uint8_t> attn_workspace;            // decode attention
+  kernels::cuda::DeviceBuffer<uint8_t> attn_workspace;            // decode attention (1 sequence)
+  kernels::cuda::DeviceBuffer<uint8_t> batch_attn_workspace;      // batched decode, grown on demand
   kernels::cuda::DeviceBuffer<float> logits;                      // [logit_rows, vocab_rows]
   int64_t logit_rows = 0;
   PinnedBuffer<float> logits_host;  // [vocab_rows]: the last row
-  // Step metadata, one upload per pass: ids, positions, slots [T each], context length, query
-  // start [2], block table [max_blocks_per_seq].
+  // Step metadata, one upload per pass: ids, positions, slots [T each], then per sequence context
+  // length, query start (+1), last row and block table [max_blocks_per_seq] (up to
+  // options.max_batch_size sequences).
   kernels::cuda::DeviceBuffer<int32_t> meta;
   PinnedBuffer<int32_t> meta_host;
 

@@ -65,6 +65,14 @@ __global__ void gather_part_kernel(const uint16_t* table, int64_t vocab_begin, i
   }
 }
 
+__global__ void gather_rows_kernel(const uint16_t* src, int64_t hidden, const int32_t* rows,
+                                   uint16_t* dst) {
+  const int64_t from = rows[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    dst[blockIdx.x * hidden + i] = src[from * hidden + i];
+  }
+}
+
 __global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
   uint32_t acc = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -114,6 +122,13 @@ void embedding_gather_part(const uint16_t* table, int64_t vocab_begin, int64_t v
   if (rows <= 0) return;
   gather_part_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       table, vocab_begin, vocab_rows, hidden, ids, out);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows_bf16(const uint16_t* src, int64_t hidden, const int32_t* rows, int64_t count,
+                      uint16_t* dst, cudaStream_t stream) {
+  if (count <= 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, hidden, rows, dst);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

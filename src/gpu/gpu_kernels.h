@@ -28,6 +28,10 @@ void embedding_gather_part(const uint16_t* table, int64_t vocab_begin, int64_t v
                            int64_t hidden, const int32_t* ids, int64_t rows, uint16_t* out,
                            cudaStream_t stream);
 
+// dst[i] = src[rows[i]] for `count` rows of `hidden` bf16 values (rows: device indices).
+void gather_rows_bf16(const uint16_t* src, int64_t hidden, const int32_t* rows, int64_t count,
+                      uint16_t* dst, cudaStream_t stream);
+
 // Reads `bytes` (a multiple of 16) of device memory once with 16-byte loads and writes one word
 // per block to `sink` (so the reads cannot be optimized away): a read-bandwidth probe.
 void read_probe(const void* data, size_t bytes, uint32_t* sink, int blocks, cudaStream_t stream);

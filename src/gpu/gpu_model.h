@@ -43,6 +43,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "lowbit/tensor.h"
 
@@ -73,6 +74,7 @@ struct GpuModelOptions {
   // KV-cache pool shared by the model's sequences, in tokens. 0: two sequences of max_seq_len.
   int64_t kv_cache_tokens = 0;
   int block_size = 16;  // tokens per KV-cache block
+  int64_t max_batch_size = 256;  // sequences in one forward_batch() call
   // Decode steps (one token) replayed from CUDA graphs captured per context-length bucket.
   bool cuda_graphs = true;
 };
@@ -120,6 +122,20 @@ class GpuModel {
   // outside [0, vocab), an empty span, a sequence longer than max_seq_len or a full KV pool:
   // InvalidArgument / OutOfMemory, the sequence unchanged.
   Tensor forward(std::span<const int32_t> tokens, GpuSequence& sequence, bool all_logits);
+
+  struct BatchItem {
+    std::span<const int32_t> tokens;  // new tokens, after the sequence's cached ones
+    GpuSequence* sequence = nullptr;
+    bool all_logits = false;  // logits of every new token, else of the last
+  };
+  // Several sequences' new tokens in one pass (what continuous batching runs each step): every
+  // linear layer reads its weights once for all rows, attention runs per sequence on its own
+  // blocks. Returns each item's logits as forward() would ([n, vocab] or [1, vocab]), equal to
+  // them up to GEMM summation order (cuBLASLt picks kernels by row count, as on any GPU). The
+  // rows of all items must fit max_step_tokens and the items max_batch_size; each sequence at
+  // most once. All or nothing: on an error no sequence changes. Models whose RoPE changes with
+  // the call length (dynamic, longrope) run item by item through forward().
+  std::vector<Tensor> forward_batch(std::span<const BatchItem> items);
 
   const models::Model& cpu_model() const;
   const GpuModelOptions& options() const;  // with the 0 defaults resolved

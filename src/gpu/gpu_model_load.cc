@@ -196,7 +196,9 @@ void allocate_scratch(Shard& im) {
       static_cast<int64_t>(kLogitScratchBytes / (sizeof(float) * vocab_rows)), 1, t);
   im.logits = kc::DeviceBuffer<float>(static_cast<size_t>(im.logit_rows) * vocab_rows);
   im.logits_host = PinnedBuffer<float>(vocab_rows);
-  im.meta = kc::DeviceBuffer<int32_t>(static_cast<size_t>(3 * t + 3 + im.max_blocks_per_seq));
+  const int64_t seqs = im.options.max_batch_size;
+  im.meta = kc::DeviceBuffer<int32_t>(
+      static_cast<size_t>(3 * t + 3 * seqs + 1 + seqs * im.max_blocks_per_seq));
   im.meta_host = PinnedBuffer<int32_t>(im.meta.size());
 }
 
@@ -242,6 +244,7 @@ void summarize(Shard& im) {
 
 void resolve_options(const models::ModelConfig& c, GpuModelOptions& o) {
   LOWBIT_CHECK(o.block_size >= 1, "--device cuda: block_size must be >= 1");
+  LOWBIT_CHECK(o.max_batch_size >= 1, "--device cuda: max_batch_size must be >= 1");
   LOWBIT_CHECK(o.max_seq_len >= 0 && o.max_step_tokens >= 1 && o.kv_cache_tokens >= 0,
                "--device cuda: max_seq_len, max_step_tokens and kv_cache_tokens must be >= 0 (>= 1)");
   if (o.max_seq_len == 0) o.max_seq_len = std::min(c.max_position_embeddings, kDefaultMaxSeqLen);
