@@ -4,9 +4,11 @@
 #include <thread>
 
 #include "command.h"
+#include "device.h"
 #include "core/log.h"
 #include "lowbit/error.h"
 #include "models/model.h"
+#include "models/paged_kv_cache.h"
 #include "options.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +25,7 @@ struct ServeOptions {
   double gpu_memory_utilization = 0;
   std::string batch_invariant = "auto";
   int threads = 0;
+  DeviceOptions device;
 };
 
 // "512M", "2G", "1048576" → bytes.
@@ -51,10 +54,11 @@ extern "C" void on_stop_signal(int) { g_stop_requested.store(true); }
 
 int run_serve(ServeOptions& options) {
   apply_threads(options.threads);
-  LOWBIT_CHECK(options.gpu_memory_utilization == 0,
-               "--gpu-memory-utilization sizes a GPU's KV cache, and this build runs on the CPU: "
-               "give the budget with --kv-cache-memory instead");
-  auto model = models::Model::load(options.model, prepare_model_load(options.load));
+  const bool cuda = use_cuda(options.device);
+  LOWBIT_CHECK(cuda || options.gpu_memory_utilization == 0,
+               "--gpu-memory-utilization sizes a GPU's KV cache: add --device cuda, or give the "
+               "CPU's budget with --kv-cache-memory");
+  auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
   auto tokenizer = load_tokenizer_if_present(options.model);
   serve::ServerOptions server_options = options.server;
   server_options.model_dir = options.model;
@@ -66,6 +70,22 @@ int run_serve(ServeOptions& options) {
   if (server_options.served_model_names.empty()) server_options.served_model_names = {options.model};
   if (!options.kv_cache_memory.empty()) {
     server_options.engine.kv_cache_bytes = parse_bytes(options.kv_cache_memory, "--kv-cache-memory");
+  }
+  if (cuda) {
+    const serve::EngineOptions& e = server_options.engine;
+    CudaServeOptions gpu;
+    gpu.max_model_len = e.max_model_len;
+    gpu.max_num_seqs = e.max_num_seqs;
+    gpu.max_batched_tokens = e.max_prefill_tokens;
+    gpu.block_size = e.block_size;
+    gpu.kv_cache_bytes = e.kv_cache_bytes;
+    gpu.gpu_memory_utilization = options.gpu_memory_utilization;
+    server_options.engine.runner = make_cuda_serve_runner(*model, options.device, gpu);
+    // The GPU's longest sequence is the engine's too.
+    if (server_options.engine.max_model_len == 0) {
+      server_options.engine.max_model_len =
+          std::min<int64_t>(model->config().max_position_embeddings, 32768);
+    }
   }
   serve::Server server(*model, tokenizer.get(), server_options);
   server.bind();
@@ -106,7 +126,7 @@ void add_serve_command(CLI::App& app, CommandList& commands) {
   sub->add_option("--kv-cache-memory", options->kv_cache_memory,
                   "KV cache budget, e.g. 512M or 2G (default: max-num-seqs full-length sequences)");
   sub->add_option("--gpu-memory-utilization", options->gpu_memory_utilization,
-                  "GPU memory fraction for weights + KV cache (GPU builds only)");
+                  "--device cuda: fraction of each GPU's memory for weights + KV cache (default 0.9)");
   sub->add_option("--block-size", s.engine.block_size, "Tokens per KV-cache block")
       ->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--max-waiting", s.engine.max_waiting,
@@ -122,6 +142,7 @@ void add_serve_command(CLI::App& app, CommandList& commands) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
   add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
+  add_device_option(sub, options->device);
   commands.push_back({sub, [options] { return run_serve(*options); }});
 }
 

@@ -16,6 +16,7 @@
 #include "tokenizer/tokenizer.h"
 
 #ifdef LOWBIT_CUDA_BACKEND
+#include "gpu/gpu_batch_runner.h"
 #include "gpu/gpu_model.h"
 #endif
 
@@ -72,6 +73,11 @@ eval::PerplexityResult perplexity_cuda(const models::Model&, const std::vector<i
   no_backend();
 }
 int run_bench_cuda(const models::Model&, const CudaBenchOptions&) { no_backend(); }
+std::shared_ptr<models::BatchRunner> make_cuda_serve_runner(const models::Model&,
+                                                           const DeviceOptions&,
+                                                           const CudaServeOptions&) {
+  no_backend();
+}
 
 #else  // LOWBIT_CUDA_BACKEND
 
@@ -329,6 +335,32 @@ int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) 
               static_cast<double>(gpu->weight_device_bytes()) / (1024.0 * 1024.0),
               static_cast<double>(gpu->kv_cache_device_bytes()) / (1024.0 * 1024.0));
   return 0;
+}
+
+std::shared_ptr<models::BatchRunner> make_cuda_serve_runner(const models::Model& model,
+                                                           const DeviceOptions& device,
+                                                           const CudaServeOptions& options) {
+  const models::ModelConfig& config = model.config();
+  gpu::GpuModelOptions gpu_options;
+  gpu_options.tensor_parallel_size = device.tensor_parallel_size;
+  gpu_options.max_seq_len = options.max_model_len > 0
+                                ? options.max_model_len
+                                : std::min<int64_t>(config.max_position_embeddings, 32768);
+  gpu_options.max_batch_size = options.max_num_seqs;
+  // A step holds the admitted prompts (up to max_batched_tokens, one may exceed it: it then runs
+  // alone) and one token of every running sequence.
+  gpu_options.max_step_tokens = options.max_batched_tokens + options.max_num_seqs;
+  gpu_options.block_size = static_cast<int>(options.block_size);
+  if (options.kv_cache_bytes > 0) {
+    int64_t per_token = 0;  // bf16 keys and values of every layer, this GPU's KV heads
+    const int64_t kv_heads = std::max<int64_t>(1, config.num_kv_heads / device.tensor_parallel_size);
+    per_token = 2 * config.num_layers * kv_heads * config.head_dim * 2;
+    gpu_options.kv_cache_tokens = std::max<int64_t>(options.kv_cache_bytes / per_token, 1);
+  } else {
+    gpu_options.gpu_memory_utilization =
+        options.gpu_memory_utilization > 0 ? options.gpu_memory_utilization : 0.9;
+  }
+  return gpu::make_gpu_batch_runner(gpu::GpuModel::load(model, gpu_options));
 }
 
 #endif  // LOWBIT_CUDA_BACKEND

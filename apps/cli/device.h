@@ -18,6 +18,7 @@ class Tokenizer;
 namespace models {
 class Model;
 struct LoadOptions;
+class BatchRunner;
 }  // namespace models
 }  // namespace lowbit
 
@@ -51,6 +52,22 @@ eval::PerplexityResult perplexity_cuda(const models::Model& model,
                                        const eval::PerplexityOptions& options,
                                        const std::function<void(int64_t, int64_t)>& progress,
                                        const DeviceOptions& device);
+
+// `lowbit serve --device cuda`: the serving engine's step runner on the GPU(s). max_model_len 0:
+// the model's max_position_embeddings, at most 32768; KV cache: --kv-cache-memory bytes per GPU
+// when given (kv_cache_bytes > 0), else gpu_memory_utilization (0: 0.9, vLLM's default) of
+// each GPU's memory.
+struct CudaServeOptions {
+  int64_t max_model_len = 0;
+  int64_t max_num_seqs = 32;
+  int64_t max_batched_tokens = 2048;
+  int64_t block_size = 16;
+  int64_t kv_cache_bytes = 0;
+  double gpu_memory_utilization = 0;
+};
+std::shared_ptr<models::BatchRunner> make_cuda_serve_runner(const models::Model& model,
+                                                           const DeviceOptions& device,
+                                                           const CudaServeOptions& options);
 
 struct CudaBenchOptions {
   std::string model_dir;

@@ -71,8 +71,11 @@ struct GpuModelOptions {
   // Tokens per pass through the layers; longer calls run in chunks of this many (exact: each chunk
   // attends to the cached keys of the previous ones). Sizes the activation scratch.
   int64_t max_step_tokens = 1024;
-  // KV-cache pool shared by the model's sequences, in tokens. 0: two sequences of max_seq_len.
+  // KV-cache pool shared by the model's sequences, in tokens. 0: what gpu_memory_utilization
+  // leaves after the weights and scratch (at most max_batch_size sequences of max_seq_len), or
+  // with gpu_memory_utilization 0 two sequences of max_seq_len.
   int64_t kv_cache_tokens = 0;
+  double gpu_memory_utilization = 0;  // fraction of each GPU's memory lowbit may fill (vLLM's flag)
   int block_size = 16;  // tokens per KV-cache block
   int64_t max_batch_size = 256;  // sequences in one forward_batch() call
   // Decode steps (one token) replayed from CUDA graphs captured per context-length bucket.

@@ -126,8 +126,6 @@ void allocate_kv(const models::Model& cpu, Shard& im) {
     }
   }
   const int64_t tokens = im.options.kv_cache_tokens;
-  im.max_blocks_per_seq =
-      static_cast<int>((im.options.max_seq_len + im.options.block_size - 1) / im.options.block_size);
   for (size_t l = 0; l < im.layers.size(); ++l) {
     GpuLayer& g = im.layers[l];
     g.kv.block_size = im.options.block_size;
@@ -250,6 +248,9 @@ void resolve_options(const models::ModelConfig& c, GpuModelOptions& o) {
   if (o.max_seq_len == 0) o.max_seq_len = std::min(c.max_position_embeddings, kDefaultMaxSeqLen);
   o.max_seq_len = std::max<int64_t>(o.max_seq_len, 1);
   o.max_step_tokens = std::min(o.max_step_tokens, o.max_seq_len);
+  LOWBIT_CHECK(o.gpu_memory_utilization >= 0 && o.gpu_memory_utilization <= 1,
+               "--gpu-memory-utilization must be in (0, 1]");
+  if (o.kv_cache_tokens == 0 && o.gpu_memory_utilization > 0) return;  // sized after the weights
   if (o.kv_cache_tokens == 0) o.kv_cache_tokens = 2 * o.max_seq_len;
   LOWBIT_CHECK(o.kv_cache_tokens >= o.max_seq_len,
                "--device cuda: kv_cache_tokens (" + std::to_string(o.kv_cache_tokens) +
@@ -313,7 +314,8 @@ Shard::~Shard() {
 
 namespace {
 
-// One GPU's part: weights, KV cache, scratch, RoPE table; on the calling thread (its device set).
+// One GPU's part: weights, scratch, RoPE table; on the calling thread (its device set). The KV
+// cache comes after, once its size is known on every GPU.
 void load_shard(const models::Model& cpu, Shard& im) {
   LOWBIT_CUDA_CHECK(cudaSetDevice(im.device));
   cudaDeviceProp props{};
@@ -322,10 +324,47 @@ void load_shard(const models::Model& cpu, Shard& im) {
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   im.blas = std::make_unique<kc::BlasLt>();
   upload_weights(cpu, im);
-  allocate_kv(cpu, im);
+  im.max_blocks_per_seq =
+      static_cast<int>((im.options.max_seq_len + im.options.block_size - 1) / im.options.block_size);
   allocate_scratch(im);
   build_rope_table(cpu, im);
   LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads and fills are done before any use
+}
+
+// KV tokens that fit in `fraction` of this GPU's memory beside what is allocated already.
+int64_t kv_tokens_that_fit(const models::Model& cpu, Shard& im, double fraction) {
+  LOWBIT_CUDA_CHECK(cudaSetDevice(im.device));
+  size_t free_bytes = 0, total_bytes = 0;
+  LOWBIT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const models::KvCacheQuantizer* q = cpu.kv_cache_quantizer();
+  int64_t per_token = 0;
+  for (size_t l = 0; l < im.layers.size(); ++l) {
+    const bool fp8 = q != nullptr && q->active() && q->quantizes(static_cast<int64_t>(l));
+    per_token += 2 * im.kv_heads * im.head_dim * (fp8 ? 1 : 2);
+  }
+  const double budget = static_cast<double>(total_bytes) * fraction -
+                        static_cast<double>(total_bytes - free_bytes);
+  // Decode-attention scratch of a full batch grows with it: keep 5% of the budget for it.
+  return budget > 0 ? static_cast<int64_t>(0.95 * budget / static_cast<double>(per_token)) : 0;
+}
+
+// Sizes the KV pool from gpu_memory_utilization when asked (the smallest GPU's room decides).
+void size_kv_cache(const models::Model& cpu, GpuModel::Impl& im) {
+  GpuModelOptions& o = im.options;
+  if (o.kv_cache_tokens > 0) return;
+  int64_t tokens = o.max_batch_size * o.max_seq_len;
+  for (auto& shard : im.shards) {
+    tokens = std::min(tokens, kv_tokens_that_fit(cpu, *shard, o.gpu_memory_utilization));
+  }
+  if (tokens < o.max_seq_len) {
+    throw OutOfMemory("--device cuda: --gpu-memory-utilization " +
+                      std::to_string(o.gpu_memory_utilization) + " leaves room for " +
+                      std::to_string(tokens) + " KV-cache tokens after the weights, less than one "
+                      "sequence of " + std::to_string(o.max_seq_len) +
+                      ": raise it, lower --max-model-len, or use more GPUs");
+  }
+  o.kv_cache_tokens = tokens;
+  for (auto& shard : im.shards) shard->options.kv_cache_tokens = tokens;
 }
 
 std::shared_ptr<BlockPool> make_pool(const GpuModelOptions& o) {
@@ -371,7 +410,6 @@ std::unique_ptr<GpuModel> GpuModel::load(const models::Model& cpu_model,
       im->peer = PeerAllReduce::create(devices, kPeerAllReduceRows * c.hidden_size);
     }
   }
-  im->pool = make_pool(im->options);
   for (int r = 0; r < world; ++r) {
     auto shard = std::make_unique<Shard>();
     shard->cpu = &cpu_model;
@@ -381,10 +419,17 @@ std::unique_ptr<GpuModel> GpuModel::load(const models::Model& cpu_model,
     shard->nccl = im->nccl.get();
     shard->peer = im->peer.get();
     shard->graphs_enabled = options.cuda_graphs;
-    shard->pool = im->pool;
     im->shards.push_back(std::move(shard));
   }
   run_per_rank(world, [&](int r) { load_shard(cpu_model, *im->shards[static_cast<size_t>(r)]); });
+  size_kv_cache(cpu_model, *im);
+  im->pool = make_pool(im->options);
+  run_per_rank(world, [&](int r) {
+    Shard& shard = *im->shards[static_cast<size_t>(r)];
+    shard.pool = im->pool;
+    LOWBIT_CUDA_CHECK(cudaSetDevice(shard.device));
+    allocate_kv(cpu_model, shard);
+  });
   size_t weights = 0, kv = 0;
   for (const auto& s : im->shards) {
     weights += s->weight_bytes;

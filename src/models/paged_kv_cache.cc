@@ -32,7 +32,8 @@ size_t pool_floats(int layers, int64_t num_blocks, int64_t block_size, int64_t r
 
 }  // namespace
 
-KvBlockPool::KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_size)
+KvBlockPool::KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_size,
+                         bool with_storage)
     : layers_(static_cast<int>(model.config().num_layers)),
       num_blocks_(num_blocks),
       block_size_(block_size),
@@ -46,7 +47,7 @@ KvBlockPool::KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_s
     throw InvalidArgument("KV block pool: num_blocks must be in [1, 2^31), got " +
                           std::to_string(num_blocks));
   }
-  const size_t floats = pool_floats(layers_, num_blocks, block_size, row_size_);
+  const size_t floats = with_storage ? pool_floats(layers_, num_blocks, block_size, row_size_) : 0;
   try {
     keys_.resize(floats);
     values_.resize(floats);

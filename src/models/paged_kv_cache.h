@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "lowbit/tensor.h"
@@ -33,7 +34,10 @@ class KvBlockPool {
  public:
   // Allocates num_blocks blocks now (throws OutOfMemory naming the size when it cannot). Storage
   // is fp32 (fp8-rounded values when the model's KV cache is fp8). block_size >= 1.
-  KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_size = 16);
+  // with_storage false: block accounting only (a BatchRunner below keeps the keys and values, on
+  // its device); keys() / values() must not be called then.
+  KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_size = 16,
+              bool with_storage = true);
 
   // Bytes one block takes: block_size * layers * 2 * kv_heads * head_dim * sizeof(float).
   static int64_t bytes_per_block(const Model& model, int64_t block_size);
@@ -105,5 +109,19 @@ struct BatchOptions {
 // scratch).
 std::vector<Tensor> forward_batch(const Model& model, std::span<const BatchEntry> batch,
                                   KvBlockPool& pool, const BatchOptions& options = {});
+
+// What runs a batched step when the model is not on the CPU (the GPU backend implements it): the
+// same contract as forward_batch (logits per entry; each entry's seq->length advanced by its
+// tokens), with its own KV storage; the caller's KvBlockPool (without storage) keeps the block
+// accounting, so seq->blocks is not read. A sequence absent from a step may have been released:
+// the runner may drop what it holds for it, and a sequence whose length went down (preempted,
+// then readmitted) is recomputed from that length.
+class BatchRunner {
+ public:
+  virtual ~BatchRunner() = default;
+  virtual std::vector<Tensor> run(std::span<const BatchEntry> batch) = 0;
+  virtual int64_t capacity_tokens() const = 0;  // KV positions its storage holds
+  virtual std::string describe() const = 0;     // e.g. "cuda: 2 x NVIDIA H200, ..."
+};
 
 }  // namespace lowbit::models

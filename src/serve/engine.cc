@@ -107,7 +107,10 @@ Engine::Engine(const models::Model& model, const Tokenizer* tokenizer, EngineOpt
   }
   const int64_t block_bytes = models::KvBlockPool::bytes_per_block(model, options_.block_size);
   int64_t blocks = 0;
-  if (options_.kv_cache_bytes > 0) {
+  if (options_.runner) {  // its own KV storage: the pool counts its blocks
+    blocks = options_.runner->capacity_tokens() / options_.block_size;
+    LOWBIT_CHECK(blocks >= 1, options_.runner->describe() + ": no room for a KV block");
+  } else if (options_.kv_cache_bytes > 0) {
     blocks = options_.kv_cache_bytes / block_bytes;
     LOWBIT_CHECK(blocks >= 1, "--kv-cache-memory " + std::to_string(options_.kv_cache_bytes) +
                                   " bytes is less than one KV block (" +
@@ -115,7 +118,8 @@ Engine::Engine(const models::Model& model, const Tokenizer* tokenizer, EngineOpt
   } else {
     blocks = options_.max_num_seqs * ((max_model_len_ + options_.block_size - 1) / options_.block_size);
   }
-  pool_ = std::make_unique<models::KvBlockPool>(model, blocks, options_.block_size);
+  pool_ = std::make_unique<models::KvBlockPool>(model, blocks, options_.block_size,
+                                                /*with_storage=*/!options_.runner);
   eos_ids_ = config.eos_token_ids;
   const bool quantized = model.quantization().rfind("none", 0) != 0;
   batch_invariant_ = options_.batch_invariant.value_or(!quantized);
@@ -123,7 +127,9 @@ Engine::Engine(const models::Model& model, const Tokenizer* tokenizer, EngineOpt
   stats_.block_size = options_.block_size;
   log_info("KV cache: " + std::to_string(blocks) + " blocks of " +
             std::to_string(options_.block_size) + " tokens (" +
-            std::to_string(blocks * block_bytes / (1 << 20)) + " MiB), max model length " +
+            (options_.runner ? "on " + options_.runner->describe()
+                             : std::to_string(blocks * block_bytes / (1 << 20)) + " MiB") +
+            "), max model length " +
             std::to_string(max_model_len_) + ", up to " + std::to_string(options_.max_num_seqs) +
             " sequences per step, " +
             (batch_invariant_ ? "batch-invariant" : "one matmul per layer per step") + " batching");
@@ -323,7 +329,9 @@ bool Engine::step() {
   }
   models::BatchOptions batch_options;
   batch_options.exact = batch_invariant_;
-  std::vector<Tensor> logits = models::forward_batch(model_, batch, *pool_, batch_options);
+  std::vector<Tensor> logits = options_.runner
+                                   ? options_.runner->run(batch)
+                                   : models::forward_batch(model_, batch, *pool_, batch_options);
 
   const int64_t vocab = model_.config().vocab_size;
   StepLimits limits{max_model_len_, eos_ids_};

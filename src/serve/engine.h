@@ -32,6 +32,7 @@ class Tokenizer;
 namespace models {
 class Model;
 class KvBlockPool;
+class BatchRunner;
 }  // namespace models
 }  // namespace lowbit
 
@@ -58,6 +59,9 @@ struct EngineOptions {
   // between batch sizes on a GPU). Unset: true for unquantized models, false for quantized ones.
   // See models::BatchOptions.
   std::optional<bool> batch_invariant;
+  // Runs the steps instead of the CPU (the GPU backend, apps/cli): the KV pool is then sized by
+  // its capacity_tokens() and keeps no bytes here. Null: models::forward_batch on the CPU.
+  std::shared_ptr<models::BatchRunner> runner;
   // OpenMP threads of the forward passes (0: OpenMP's default). Set on the scheduler thread itself:
   // a new thread does not inherit the omp_set_num_threads of the thread that made it.
   int threads = 0;
