@@ -54,7 +54,7 @@ TEST(CliDeviceTest, CpuIsTheDefaultAndUnknownDevicesAreRejected) {
 TEST(CliDeviceTest, TensorParallelismNeedsTheGpuAndRandomWeightsTheGpu) {
   // --tensor-parallel-size splits a model over GPUs: on the CPU it is a usage error, not ignored.
   const std::string text = repo_path("data/text/heldout.txt");
-  for (const std::string command : {"generate", "ppl", "bench"}) {
+  for (const std::string command : {"generate", "ppl", "bench", "serve"}) {
     const std::string input = command == "generate" ? " --prompt-ids 0"
                               : command == "ppl"     ? " --text " + text
                                                      : "";
