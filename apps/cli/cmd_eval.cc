@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "command.h"
+#include "device.h"
 #include "eval/eval_report.h"
 #include "eval/py_text.h"
 #include "eval/scored_windows.h"
@@ -36,6 +37,7 @@ struct EvalOptions {
   int max_gen_tokens = 256;
   eval::GreedyOptions greedy;
   std::string json_out;
+  DeviceOptions device;
 };
 
 std::unique_ptr<Tokenizer> require_tokenizer(const std::string& dir) {
@@ -97,7 +99,24 @@ eval::PerplexitySection run_perplexity(const EvalOptions& o, const models::Model
     s.bytes = static_cast<int64_t>(text.size());
     windows = eval::lm_eval_rolling_windows(tokens, s.prefix_token, o.context, o.windows);
   }
-  s.scores = eval::score_windows(model, baseline, windows, progress_line("window", show_progress));
+  const auto progress = progress_line("window", show_progress);
+  if (use_cuda(o.device)) {  // the windows on the GPU(s); tasks and greedy stay on the CPU
+    size_t longest = 1;
+    for (const eval::ScoredWindow& w : windows) longest = std::max(longest, w.input.size());
+    const auto max_len = static_cast<int64_t>(longest);
+    const eval::WindowLogits ours = cuda_window_logits(model, o.device, max_len);
+    eval::WindowLogits base;
+    if (baseline != nullptr) {
+      LOWBIT_CHECK(baseline->config().vocab_size == model.config().vocab_size,
+                   o.baseline + "/config.json: vocab_size differs from " + o.model +
+                       "'s: the baseline must use the same tokenizer");
+      base = cuda_window_logits(*baseline, o.device, max_len);
+    }
+    s.scores = eval::score_windows(ours, baseline != nullptr ? &base : nullptr,
+                                   model.config().vocab_size, windows, progress);
+  } else {
+    s.scores = eval::score_windows(model, baseline, windows, progress);
+  }
   if (s.scores.scored_tokens != s.text_tokens) {
     // --windows stopped early: words and bytes of the whole document would not match the NLL.
     s.words = s.bytes = 0;
@@ -136,12 +155,12 @@ int run_eval(const EvalOptions& o) {
                "nothing to evaluate: give --ppl FILE and/or --tasks FILE");
   LOWBIT_CHECK(o.baseline.empty() || !o.ppl_file.empty(),
                "--baseline compares the models on the windows of --ppl FILE: give --ppl");
-  auto model = models::Model::load(o.model, prepare_model_load(o.load));
+  auto model = load_model_on(o.device, o.model, prepare_model_load(o.load));
   auto tokenizer = require_tokenizer(o.model);
   std::unique_ptr<models::Model> baseline;
   if (!o.baseline.empty()) {
     // The baseline runs as stored: the quantization and KV-cache flags are the model's.
-    baseline = models::Model::load(o.baseline);
+    baseline = load_model_on(o.device, o.baseline, {});
     check_same_vocabulary(*tokenizer, *require_tokenizer(o.baseline), o.model, o.baseline);
   }
   const bool show_progress = isatty(fileno(stderr));
@@ -224,6 +243,7 @@ void add_eval_command(CLI::App& app, CommandList& commands) {
   sub->add_option("--json", o->json_out, "Also write every figure to this JSON file");
   add_model_load_options(sub, o->load);
   add_threads_option(sub, o->threads);
+  add_device_option(sub, o->device);
   commands.push_back({sub, [o] { return run_eval(*o); }});
 }
 

@@ -78,6 +78,9 @@ std::shared_ptr<models::BatchRunner> make_cuda_serve_runner(const models::Model&
                                                            const CudaServeOptions&) {
   no_backend();
 }
+eval::WindowLogits cuda_window_logits(const models::Model&, const DeviceOptions&, int64_t) {
+  no_backend();
+}
 
 #else  // LOWBIT_CUDA_BACKEND
 
@@ -335,6 +338,19 @@ int run_bench_cuda(const models::Model& model, const CudaBenchOptions& options) 
               static_cast<double>(gpu->weight_device_bytes()) / (1024.0 * 1024.0),
               static_cast<double>(gpu->kv_cache_device_bytes()) / (1024.0 * 1024.0));
   return 0;
+}
+
+eval::WindowLogits cuda_window_logits(const models::Model& model, const DeviceOptions& device,
+                                      int64_t max_len) {
+  gpu::GpuModelOptions options;
+  options.tensor_parallel_size = device.tensor_parallel_size;
+  options.max_seq_len = std::max<int64_t>(max_len, 1);
+  std::shared_ptr<gpu::GpuModel> gpu = gpu::GpuModel::load(model, options);
+  auto sequence = std::make_shared<gpu::GpuSequence>(gpu->new_sequence());
+  return [gpu, sequence](std::span<const int32_t> tokens) {
+    sequence->clear();
+    return gpu->forward(tokens, *sequence, /*all_logits=*/true);
+  };
 }
 
 std::shared_ptr<models::BatchRunner> make_cuda_serve_runner(const models::Model& model,

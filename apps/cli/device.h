@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/kl_divergence.h"
 #include "eval/perplexity.h"
 #include "runtime/generator.h"
 
@@ -68,6 +69,11 @@ struct CudaServeOptions {
 std::shared_ptr<models::BatchRunner> make_cuda_serve_runner(const models::Model& model,
                                                            const DeviceOptions& device,
                                                            const CudaServeOptions& options);
+
+// eval's window logits on the GPU(s): a GpuModel of `model` for windows of up to max_len tokens,
+// each run as a fresh sequence (all rows' logits).
+eval::WindowLogits cuda_window_logits(const models::Model& model, const DeviceOptions& device,
+                                      int64_t max_len);
 
 struct CudaBenchOptions {
   std::string model_dir;

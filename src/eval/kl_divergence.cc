@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "eval/perplexity.h"
@@ -95,12 +96,25 @@ WindowScores score_windows(const models::Model& model, const models::Model* base
   }
   size_t longest = 0;
   for (const ScoredWindow& w : windows) longest = std::max(longest, w.input.size());
+  // One cache per model, cleared for every window.
+  auto cpu_logits = [longest](const models::Model& m) {
+    auto cache = std::make_shared<models::KvCache>(m.new_cache(static_cast<int64_t>(longest)));
+    return WindowLogits([&m, cache](std::span<const int32_t> tokens) {
+      cache->clear();
+      return m.forward(tokens, *cache, /*all_logits=*/true);
+    });
+  };
+  const WindowLogits model_logits = cpu_logits(model);
+  const WindowLogits base_logits = baseline ? cpu_logits(*baseline) : WindowLogits();
+  return score_windows(model_logits, baseline ? &base_logits : nullptr, vocab, windows, progress);
+}
+
+WindowScores score_windows(const WindowLogits& model, const WindowLogits* baseline, int64_t vocab,
+                           const std::vector<ScoredWindow>& windows,
+                           const std::function<void(int64_t, int64_t)>& progress) {
   WindowScores scores;
   scores.has_baseline = baseline != nullptr;
   const auto start = std::chrono::steady_clock::now();
-  models::KvCache cache = model.new_cache(static_cast<int64_t>(longest));
-  models::KvCache base_cache = baseline ? baseline->new_cache(static_cast<int64_t>(longest))
-                                        : models::KvCache();
   std::vector<double> nll, base_nll, kld;
   std::vector<char> same_top;
   for (size_t w = 0; w < windows.size(); ++w) {
@@ -108,13 +122,11 @@ WindowScores score_windows(const models::Model& model, const models::Model* base
     const auto rows = static_cast<int64_t>(window.targets.size());
     LOWBIT_CHECK(window.first_scored + rows <= static_cast<int64_t>(window.input.size()),
                  "score_windows: window " + std::to_string(w) + " scores rows past its input");
-    cache.clear();
-    const Tensor logits = model.forward(window.input, cache, /*all_logits=*/true);
+    const Tensor logits = model(window.input);
     Tensor base_logits;
-    if (baseline) {
-      base_cache.clear();
-      base_logits = baseline->forward(window.input, base_cache, /*all_logits=*/true);
-    }
+    if (baseline) base_logits = (*baseline)(window.input);
+    LOWBIT_CHECK_AS(Internal, logits.dim(1) == vocab && (!baseline || base_logits.dim(1) == vocab),
+                    "score_windows: logits rows are not vocab_size wide");
     nll.assign(static_cast<size_t>(rows), 0);
     base_nll.assign(static_cast<size_t>(rows), 0);
     kld.assign(static_cast<size_t>(rows), 0);

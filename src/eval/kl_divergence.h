@@ -11,9 +11,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "eval/scored_windows.h"
+#include "lowbit/tensor.h"
 
 namespace lowbit::models {
 class Model;
@@ -60,6 +62,15 @@ struct WindowScores {
 // Runs every window through `model` (and `baseline` when not null, which must have the same
 // vocabulary size) and scores the target rows. progress(done, total) after each window.
 WindowScores score_windows(const models::Model& model, const models::Model* baseline,
+                           const std::vector<ScoredWindow>& windows,
+                           const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The fp32 logits [n, vocab] of every position of `tokens` run as a fresh sequence: how
+// score_windows reaches a model on any backend (the GPU's: apps/cli/device.cc).
+using WindowLogits = std::function<Tensor(std::span<const int32_t> tokens)>;
+
+// The same scores from logits functions; `baseline` may be null. Both return rows of `vocab`.
+WindowScores score_windows(const WindowLogits& model, const WindowLogits* baseline, int64_t vocab,
                            const std::vector<ScoredWindow>& windows,
                            const std::function<void(int64_t, int64_t)>& progress = {});
 
