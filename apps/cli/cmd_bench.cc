@@ -41,8 +41,9 @@ double now_seconds() {
 
 // Bytes a batch-1 decode step reads: every weight once, except an untied input embedding, of
 // which only one row is read.
-double weight_bytes_per_token(const std::string& dir, const models::ModelConfig& config) {
-  formats::Checkpoint checkpoint = formats::Checkpoint::open(dir);
+// The loaded model's checkpoint: the files of a safetensors model, the decoded tensors of a GGUF.
+double weight_bytes_per_token(const formats::Checkpoint& checkpoint,
+                              const models::ModelConfig& config) {
   double bytes = 0;
   for (const auto& name : checkpoint.names()) {
     Tensor t = checkpoint.get(name);
@@ -72,7 +73,7 @@ int run_bench(const BenchOptions& options) {
                                    options.batch});
   }
   const auto& config = model->config();
-  const double bytes_per_token = weight_bytes_per_token(options.model, config);
+  const double bytes_per_token = weight_bytes_per_token(model->checkpoint(), config);
   const int threads = omp_get_max_threads();
 
   double bandwidth = kernels::cpu::measure_memory_bandwidth({.threads = threads}).triad_gb_per_s;

@@ -5,7 +5,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
+#include "formats/gguf.h"
 #include "lowbit/error.h"
+#include "models/gguf_model.h"
+#include "models/gguf_tokenizer.h"
 #include "models/model.h"
 #include "quant/methods/plugins.h"
 #include "tokenizer/chat_template.h"
@@ -63,6 +67,23 @@ std::string format_id_list(const std::vector<int32_t>& ids) {
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
+  if (std::optional<std::string> gguf = models::find_gguf_model(model_dir)) {
+    // The GGUF's own tokenizer; a tokenizer.json beside the file when lowbit cannot build that
+    // one (SentencePiece GGUFs, other pre-tokenizers).
+    const std::filesystem::path beside = std::filesystem::path(*gguf).parent_path();
+    try {
+      auto file = formats::GgufFile::open(*gguf);
+      return std::make_unique<Tokenizer>(
+          Tokenizer::from_json_string(models::gguf_tokenizer_json(*file), *gguf));
+    } catch (const Unsupported& e) {
+      if (!std::filesystem::exists(beside / "tokenizer.json")) {
+        log_warn(std::string(e.what()) + "; no tokenizer.json beside it either");
+        return nullptr;
+      }
+      log_warn(std::string(e.what()) + "; using " + (beside / "tokenizer.json").string());
+      return std::make_unique<Tokenizer>(Tokenizer::from_dir(beside.string()));
+    }
+  }
   if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return nullptr;
   return std::make_unique<Tokenizer>(Tokenizer::from_dir(model_dir));
 }

@@ -185,9 +185,18 @@ Checkpoint Checkpoint::open(const std::string& path) {
   return checkpoint;
 }
 
+Checkpoint Checkpoint::from_tensors(std::string path, std::map<std::string, Tensor> tensors) {
+  Checkpoint checkpoint;
+  checkpoint.path_ = std::move(path);
+  for (const auto& [name, t] : tensors) checkpoint.owner_.emplace(name, kInMemory);
+  checkpoint.in_memory_ = std::move(tensors);
+  return checkpoint;
+}
+
 Tensor Checkpoint::get(const std::string& tensor) const {
   auto it = owner_.find(tensor);
   if (it == owner_.end()) throw InvalidArgument(path_ + ": no tensor named " + printable(tensor));
+  if (it->second == kInMemory) return in_memory_.at(tensor);
   return files_[it->second]->get(tensor);
 }
 
@@ -201,6 +210,7 @@ std::vector<std::string> Checkpoint::names() const {
 const std::string& Checkpoint::file_of(const std::string& tensor) const {
   auto it = owner_.find(tensor);
   if (it == owner_.end()) throw InvalidArgument(path_ + ": no tensor named " + printable(tensor));
+  if (it->second == kInMemory) return path_;
   return files_[it->second]->path();
 }
 

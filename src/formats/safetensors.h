@@ -76,6 +76,9 @@ class SafetensorsFile {
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& path);
+  // Tensors made in memory by another reader (the GGUF model source), served under the same
+  // interface; `path` is what messages and file_of() name. files() is empty.
+  static Checkpoint from_tensors(std::string path, std::map<std::string, Tensor> tensors);
 
   bool has(const std::string& tensor) const { return owner_.count(tensor) != 0; }
   Tensor get(const std::string& tensor) const;  // InvalidArgument naming the checkpoint if absent
@@ -88,7 +91,9 @@ class Checkpoint {
  private:
   std::string path_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
-  std::map<std::string, size_t> owner_;  // tensor -> index into files_
+  std::map<std::string, size_t> owner_;  // tensor -> index into files_, or kInMemory
+  std::map<std::string, Tensor> in_memory_;
+  static constexpr size_t kInMemory = static_cast<size_t>(-1);
 };
 
 // Writes tensors to `path` (through path + ".tmp" and a rename, so a reader never sees half a

@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "lowbit/error.h"
+#include "models/gguf_model.h"
 #include "models/weight_loader.h"
 #include "quant/methods/resolve.h"
 
@@ -69,12 +70,25 @@ std::optional<DType> parse_dtype_option(const std::string& name) {
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
-  model->config_ = load_model_config(dir);
+  // A .gguf file (or a directory holding only one) goes through the same parser and loader: its
+  // metadata as config.json text, its tensors under Hugging Face's names (gguf_model.h).
+  const std::optional<std::string> gguf_path = find_gguf_model(dir);
+  std::shared_ptr<formats::GgufFile> gguf;
+  if (gguf_path) {
+    gguf = formats::GgufFile::open(*gguf_path);
+    model->config_ = parse_model_config(gguf_config_json(*gguf), *gguf_path);
+  } else {
+    model->config_ = load_model_config(dir);
+  }
   model->spec_ = ArchRegistry::instance().find(model->config_.architecture);
   if (model->spec_ == nullptr) {
     throw Internal("architecture " + model->config_.architecture + " parsed but not registered");
   }
-  model->checkpoint_ = std::make_unique<formats::Checkpoint>(formats::Checkpoint::open(dir));
+  model->checkpoint_ = std::make_unique<formats::Checkpoint>(
+      gguf ? gguf_checkpoint(gguf, model->config_.num_layers, model->config_.num_heads,
+                             model->config_.num_kv_heads,
+                             parse_dtype_option(options.dtype).value_or(DType::F32))
+           : formats::Checkpoint::open(dir));
   quant::ResolvedQuantization quantization = quant::resolve_quantization(
       dir, model->config_.quantization_config_json, model->config_.source,
       quant::QuantizationRequest{options.quantization});

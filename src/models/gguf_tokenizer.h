@@ -1,0 +1,23 @@
+// The tokenizer a GGUF file carries (tokenizer.ggml.*), as the tokenizer.json text Hugging Face's
+// tokenizers would read, so that lowbit's Tokenizer::from_json_string loads it like any other.
+// Lives in models/ (not tokenizer/) because it reads a formats::GgufFile and only writes JSON;
+// lowbit_tokenizer does not depend on lowbit_formats.
+//
+// Supported: tokenizer.ggml.model "gpt2" (byte-level BPE) with tokenizer.ggml.pre "llama-bpe" /
+// "llama3" / "llama-v3" (Llama 3's split regex; merges ignored for words already in the vocab, as
+// llama.cpp does for that pre-tokenizer) or "gpt-2" / "default" (GPT-2's byte-level regex).
+// Tokens of type CONTROL become special added tokens, USER_DEFINED ones plain added tokens. BOS is
+// prepended when tokenizer.ggml.add_bos_token says so (absent: llama.cpp's default for the
+// pre-tokenizer, true for llama-bpe); EOS appended when tokenizer.ggml.add_eos_token is true.
+// Anything else (SentencePiece "llama", other pre-tokenizers) is Unsupported, naming the key.
+#pragma once
+
+#include <string>
+
+#include "formats/gguf.h"
+
+namespace lowbit::models {
+
+std::string gguf_tokenizer_json(const formats::GgufFile& file);
+
+}  // namespace lowbit::models

@@ -1,0 +1,83 @@
+// The tokenizer of a GGUF file (models/gguf_tokenizer.h) on ref-llama-19m's byte-level BPE, as
+// llama.cpp's convert_hf_to_gguf.py wrote it into tests/golden/gguf/ref-llama-2l-q4_k_m.gguf
+// (scripts/fixtures/make_gguf_model_fixtures.py). Golden ids: the Hugging Face tokenizers cases
+// of tests/golden/ref-llama-19m/reference.json (with and without BOS); on a longer text (the
+// heldout file), the ids of the model's own tokenizer.json through lowbit's tokenizer, which the
+// tokenizer tests check against HF tokenizers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "formats/gguf.h"
+#include "lowbit/error.h"
+#include "models/gguf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit::models {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+const fs::path kRoot = LOWBIT_SOURCE_DIR;
+const fs::path kGguf = kRoot / "tests/golden/gguf/ref-llama-2l-q4_k_m.gguf";
+
+Tokenizer gguf_tokenizer() {
+  auto file = formats::GgufFile::open(kGguf.string());
+  return Tokenizer::from_json_string(gguf_tokenizer_json(*file), kGguf.string());
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(GgufTokenizer, MatchesHuggingFaceCases) {
+  const Tokenizer tokenizer = gguf_tokenizer();
+  EXPECT_EQ(tokenizer.vocab_size(), 8192);
+  const nlohmann::json reference =
+      nlohmann::json::parse(read_text(kRoot / "tests/golden/ref-llama-19m/reference.json"));
+  ASSERT_FALSE(reference["tokenizer_cases"].empty());
+  for (const nlohmann::json& c : reference["tokenizer_cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    EXPECT_EQ(tokenizer.encode(text, false), c["ids_no_special"].get<std::vector<int32_t>>())
+        << text;
+    EXPECT_EQ(tokenizer.encode(text, true), c["ids_with_bos"].get<std::vector<int32_t>>()) << text;
+  }
+}
+
+TEST(GgufTokenizer, MatchesTokenizerJsonOnHeldoutText) {
+  const Tokenizer ours = gguf_tokenizer();
+  const Tokenizer hf = Tokenizer::from_dir((kRoot / "models/ref-llama-19m").string());
+  std::string text = read_text(kRoot / "data/text/heldout.txt").substr(0, 200000);
+  const std::vector<int32_t> ids = hf.encode(text, true);
+  ASSERT_GT(ids.size(), 1000u);
+  EXPECT_EQ(ours.encode(text, true), ids);
+  EXPECT_EQ(ours.decode(ids, true), hf.decode(ids, true));
+  EXPECT_EQ(ours.decode(ids, false), hf.decode(ids, false));
+}
+
+TEST(GgufTokenizer, UnsupportedTokenizerModelIsNamed) {
+  std::string bytes = read_text(kGguf);
+  // tokenizer.ggml.model's value "gpt2" (u64 length 4) patched to another 4-letter model name.
+  const std::string value = std::string("\x04\0\0\0\0\0\0\0", 8);
+  const size_t at = bytes.find(value + "gpt2");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at + 8, 4, "t5xx");
+  auto file = formats::GgufFile::from_bytes(bytes, "patched.gguf");
+  try {
+    gguf_tokenizer_json(*file);
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tokenizer.ggml.model 't5xx' is not supported"));
+  }
+}
+
+}  // namespace
+}  // namespace lowbit::models
