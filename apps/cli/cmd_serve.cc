@@ -72,7 +72,12 @@ int run_serve(ServeOptions& options) {
     server_options.engine.kv_cache_bytes = parse_bytes(options.kv_cache_memory, "--kv-cache-memory");
   }
   if (cuda) {
-    const serve::EngineOptions& e = server_options.engine;
+    serve::EngineOptions& e = server_options.engine;
+    // The GPU sizes its RoPE table and block tables by the longest sequence: the model's limit
+    // would be wasteful, so the default is capped (as GpuModelOptions::max_seq_len's is).
+    if (e.max_model_len == 0) {
+      e.max_model_len = std::min<int64_t>(model->config().max_position_embeddings, 32768);
+    }
     CudaServeOptions gpu;
     gpu.max_model_len = e.max_model_len;
     gpu.max_num_seqs = e.max_num_seqs;
@@ -80,12 +85,7 @@ int run_serve(ServeOptions& options) {
     gpu.block_size = e.block_size;
     gpu.kv_cache_bytes = e.kv_cache_bytes;
     gpu.gpu_memory_utilization = options.gpu_memory_utilization;
-    server_options.engine.runner = make_cuda_serve_runner(*model, options.device, gpu);
-    // The GPU's longest sequence is the engine's too.
-    if (server_options.engine.max_model_len == 0) {
-      server_options.engine.max_model_len =
-          std::min<int64_t>(model->config().max_position_embeddings, 32768);
-    }
+    e.runner = make_cuda_serve_runner(*model, options.device, gpu);
   }
   serve::Server server(*model, tokenizer.get(), server_options);
   server.bind();

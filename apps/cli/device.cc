@@ -171,32 +171,8 @@ eval::PerplexityResult perplexity_cuda(const models::Model& model,
                                        const eval::PerplexityOptions& options,
                                        const std::function<void(int64_t, int64_t)>& progress,
                                        const DeviceOptions& device) {
-  const std::vector<std::vector<int32_t>> windows = eval::perplexity_windows(tokens, options);
-  gpu::GpuModelOptions gpu_options;
-  gpu_options.max_seq_len = options.context;
-  gpu_options.tensor_parallel_size = device.tensor_parallel_size;
-  auto gpu = gpu::GpuModel::load(model, gpu_options);
-  gpu::GpuSequence sequence = gpu->new_sequence();
-  const int64_t vocab = model.config().vocab_size;
-  eval::PerplexityResult result;
-  const auto start = std::chrono::steady_clock::now();
-  const auto count = static_cast<int64_t>(windows.size());
-  for (int64_t w = 0; w < count; ++w) {
-    const std::vector<int32_t>& window = windows[static_cast<size_t>(w)];
-    sequence.clear();
-    const Tensor logits = gpu->forward(window, sequence, /*all_logits=*/true);
-    const float* data = logits.data_as<const float>();
-    for (size_t t = 0; t + 1 < window.size(); ++t) {
-      result.total_nll += eval::negative_log_likelihood(data + static_cast<int64_t>(t) * vocab,
-                                                        vocab, window[t + 1]);
-      ++result.scored_tokens;
-    }
-    ++result.windows;
-    if (progress) progress(w + 1, count);
-  }
-  result.perplexity = std::exp(result.total_nll / static_cast<double>(result.scored_tokens));
-  result.seconds = seconds_since(start);
-  return result;
+  return eval::perplexity(cuda_window_logits(model, device, options.context),
+                          model.config().vocab_size, tokens, options, progress);
 }
 
 namespace {
@@ -359,18 +335,17 @@ std::shared_ptr<models::BatchRunner> make_cuda_serve_runner(const models::Model&
   const models::ModelConfig& config = model.config();
   gpu::GpuModelOptions gpu_options;
   gpu_options.tensor_parallel_size = device.tensor_parallel_size;
-  gpu_options.max_seq_len = options.max_model_len > 0
-                                ? options.max_model_len
-                                : std::min<int64_t>(config.max_position_embeddings, 32768);
+  LOWBIT_CHECK(options.max_model_len > 0, "make_cuda_serve_runner: max_model_len must be set");
+  gpu_options.max_seq_len = options.max_model_len;
   gpu_options.max_batch_size = options.max_num_seqs;
   // A step holds the admitted prompts (up to max_batched_tokens, one may exceed it: it then runs
   // alone) and one token of every running sequence.
   gpu_options.max_step_tokens = options.max_batched_tokens + options.max_num_seqs;
   gpu_options.block_size = static_cast<int>(options.block_size);
   if (options.kv_cache_bytes > 0) {
-    int64_t per_token = 0;  // bf16 keys and values of every layer, this GPU's KV heads
+    // bf16 keys and values of every layer, this GPU's KV heads
     const int64_t kv_heads = std::max<int64_t>(1, config.num_kv_heads / device.tensor_parallel_size);
-    per_token = 2 * config.num_layers * kv_heads * config.head_dim * 2;
+    const int64_t per_token = 2 * config.num_layers * kv_heads * config.head_dim * 2;
     gpu_options.kv_cache_tokens = std::max<int64_t>(options.kv_cache_bytes / per_token, 1);
   } else {
     gpu_options.gpu_memory_utilization =

@@ -54,8 +54,8 @@ eval::PerplexityResult perplexity_cuda(const models::Model& model,
                                        const std::function<void(int64_t, int64_t)>& progress,
                                        const DeviceOptions& device);
 
-// `lowbit serve --device cuda`: the serving engine's step runner on the GPU(s). max_model_len 0:
-// the model's max_position_embeddings, at most 32768; KV cache: --kv-cache-memory bytes per GPU
+// `lowbit serve --device cuda`: the serving engine's step runner on the GPU(s), for sequences of up
+// to max_model_len (> 0) tokens; KV cache: --kv-cache-memory bytes per GPU
 // when given (kv_cache_bytes > 0), else gpu_memory_utilization (0: 0.9, vLLM's default) of
 // each GPU's memory.
 struct CudaServeOptions {

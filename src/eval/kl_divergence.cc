@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <memory>
 #include <string>
 
 #include "eval/perplexity.h"
@@ -96,16 +95,9 @@ WindowScores score_windows(const models::Model& model, const models::Model* base
   }
   size_t longest = 0;
   for (const ScoredWindow& w : windows) longest = std::max(longest, w.input.size());
-  // One cache per model, cleared for every window.
-  auto cpu_logits = [longest](const models::Model& m) {
-    auto cache = std::make_shared<models::KvCache>(m.new_cache(static_cast<int64_t>(longest)));
-    return WindowLogits([&m, cache](std::span<const int32_t> tokens) {
-      cache->clear();
-      return m.forward(tokens, *cache, /*all_logits=*/true);
-    });
-  };
-  const WindowLogits model_logits = cpu_logits(model);
-  const WindowLogits base_logits = baseline ? cpu_logits(*baseline) : WindowLogits();
+  const auto capacity = static_cast<int64_t>(longest);
+  const WindowLogits model_logits = cpu_window_logits(model, capacity);
+  const WindowLogits base_logits = baseline ? cpu_window_logits(*baseline, capacity) : WindowLogits();
   return score_windows(model_logits, baseline ? &base_logits : nullptr, vocab, windows, progress);
 }
 

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "eval/perplexity.h"
 #include "eval/scored_windows.h"
 #include "lowbit/tensor.h"
 
@@ -64,10 +65,6 @@ struct WindowScores {
 WindowScores score_windows(const models::Model& model, const models::Model* baseline,
                            const std::vector<ScoredWindow>& windows,
                            const std::function<void(int64_t, int64_t)>& progress = {});
-
-// The fp32 logits [n, vocab] of every position of `tokens` run as a fresh sequence: how
-// score_windows reaches a model on any backend (the GPU's: apps/cli/device.cc).
-using WindowLogits = std::function<Tensor(std::span<const int32_t> tokens)>;
 
 // The same scores from logits functions; `baseline` may be null. Both return rows of `vocab`.
 WindowScores score_windows(const WindowLogits& model, const WindowLogits* baseline, int64_t vocab,

@@ -1,6 +1,7 @@
 #include "eval/perplexity.h"
 
 #include <chrono>
+#include <memory>
 #include <cmath>
 #include <string>
 
@@ -37,20 +38,32 @@ std::vector<std::vector<int32_t>> perplexity_windows(const std::vector<int32_t>&
   return result;
 }
 
+WindowLogits cpu_window_logits(const models::Model& model, int64_t capacity) {
+  auto cache = std::make_shared<models::KvCache>(model.new_cache(capacity));
+  return [&model, cache](std::span<const int32_t> tokens) {
+    cache->clear();
+    return model.forward(tokens, *cache, /*all_logits=*/true);
+  };
+}
+
 PerplexityResult perplexity(const models::Model& model, const std::vector<int32_t>& tokens,
                             const PerplexityOptions& options,
                             const std::function<void(int64_t, int64_t)>& progress) {
+  return perplexity(cpu_window_logits(model, options.context), model.config().vocab_size, tokens,
+                    options, progress);
+}
+
+PerplexityResult perplexity(const WindowLogits& logits, int64_t vocab,
+                            const std::vector<int32_t>& tokens, const PerplexityOptions& options,
+                            const std::function<void(int64_t, int64_t)>& progress) {
   const std::vector<std::vector<int32_t>> all_windows = perplexity_windows(tokens, options);
   const auto windows = static_cast<int64_t>(all_windows.size());
-  const int64_t vocab = model.config().vocab_size;
   PerplexityResult result;
   auto start = std::chrono::steady_clock::now();
-  models::KvCache cache = model.new_cache(options.context);
   for (int64_t w = 0; w < windows; ++w) {
     const std::vector<int32_t>& window = all_windows[static_cast<size_t>(w)];
-    cache.clear();
-    Tensor logits = model.forward(window, cache, /*all_logits=*/true);
-    const float* data = logits.data_as<const float>();
+    const Tensor scores = logits(window);
+    const float* data = scores.data_as<const float>();
     for (size_t t = 0; t + 1 < window.size(); ++t) {
       result.total_nll += negative_log_likelihood(data + static_cast<int64_t>(t) * vocab, vocab,
                                                   window[t + 1]);

@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
+
+#include "lowbit/tensor.h"
 
 namespace lowbit::models {
 class Model;
@@ -43,6 +46,18 @@ double negative_log_likelihood(const float* row, int64_t vocab, int32_t target);
 // progress(window_index, window_count) after each window, for a progress line.
 PerplexityResult perplexity(const models::Model& model, const std::vector<int32_t>& tokens,
                             const PerplexityOptions& options,
+                            const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The fp32 logits [n, vocab] of every position of `tokens` run as a fresh sequence: how the
+// evaluations reach a model on any backend (the CPU's below, the GPU's in apps/cli/device.cc).
+using WindowLogits = std::function<Tensor(std::span<const int32_t> tokens)>;
+
+// models::Model's window logits: one cache of `capacity` tokens, cleared for every window.
+WindowLogits cpu_window_logits(const models::Model& model, int64_t capacity);
+
+// The same perplexity through window logits of rows `vocab` wide.
+PerplexityResult perplexity(const WindowLogits& logits, int64_t vocab,
+                            const std::vector<int32_t>& tokens, const PerplexityOptions& options,
                             const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace lowbit::eval

@@ -24,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "formats/file_image.h"
 #include "lowbit/tensor.h"
 
 namespace lowbit::formats {
@@ -196,13 +197,13 @@ class GgufFile {
  private:
   GgufFile() = default;
   void parse();
+  void adopt(FileImage image);  // takes the bytes; base_ / size_ view them
   std::string where(const std::string& key) const;
 
   std::string path_;
-  const uint8_t* base_ = nullptr;  // whole file image
+  FileImage image_;
+  const uint8_t* base_ = nullptr;  // image_'s bytes
   uint64_t size_ = 0;
-  bool mapped_ = false;
-  std::string owned_bytes_;  // for from_bytes and tiny files
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -1,8 +1,4 @@
 // GgufFile: mmap a .gguf file (or adopt bytes), parse and validate all of it, then hand out views.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,7 +21,6 @@ constexpr uint64_t kMinPairBytes = 13;  // empty key (8) + value type (4) + a 1-
 constexpr uint64_t kMinTensorInfoBytes =
     8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
 
-std::string os_error(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 // Reads little-endian fields from the file image; every read is bounds-checked and a failure names
 // the file, the current context (which pair or tensor) and the field.
@@ -346,32 +341,9 @@ void GgufFile::parse() {
 }
 
 std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(path + ": cannot open: " + os_error(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw IoError(path + ": cannot stat: " + os_error(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw InvalidArgument(path + ": not a regular file (a directory?); expected a .gguf file");
-  }
   std::shared_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  file->size_ = static_cast<uint64_t>(st.st_size);
-  if (file->size_ > 0) {  // mmap refuses length 0; parse() reports short files
-    void* mapped = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (mapped == MAP_FAILED) throw IoError(path + ": cannot mmap: " + os_error(err));
-    file->base_ = static_cast<const uint8_t*>(mapped);
-    file->mapped_ = true;
-  } else {
-    ::close(fd);
-    file->base_ = reinterpret_cast<const uint8_t*>(file->owned_bytes_.data());
-  }
+  file->adopt(FileImage::map(path, "a .gguf file"));
   file->parse();
   return file;
 }
@@ -379,15 +351,17 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
 std::shared_ptr<GgufFile> GgufFile::from_bytes(std::string bytes, const std::string& name) {
   std::shared_ptr<GgufFile> file(new GgufFile());
   file->path_ = name;
-  file->owned_bytes_ = std::move(bytes);
-  file->base_ = reinterpret_cast<const uint8_t*>(file->owned_bytes_.data());
-  file->size_ = file->owned_bytes_.size();
+  file->adopt(FileImage::own(std::move(bytes)));
   file->parse();
   return file;
 }
 
-GgufFile::~GgufFile() {
-  if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
+void GgufFile::adopt(FileImage image) {
+  image_ = std::move(image);
+  base_ = reinterpret_cast<const uint8_t*>(image_.data());
+  size_ = image_.size();
 }
+
+GgufFile::~GgufFile() = default;
 
 }  // namespace lowbit::formats

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/file_image.h"
 #include "lowbit/tensor.h"
 
 namespace lowbit::formats {
@@ -55,13 +56,13 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   void parse(const std::string& name);
+  void adopt(FileImage image);  // takes the bytes; base_ / size_ view them
 
   std::string path_;
-  const char* base_ = nullptr;  // whole file image
+  FileImage image_;
+  const char* base_ = nullptr;  // image_'s bytes
   size_t size_ = 0;
   size_t data_start_ = 0;
-  bool mapped_ = false;
-  std::string owned_bytes_;  // for from_bytes
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
   std::weak_ptr<SafetensorsFile> self_;

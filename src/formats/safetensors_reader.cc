@@ -1,8 +1,4 @@
 // SafetensorsFile: mmap a file (or adopt bytes), validate its header completely, hand out views.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -30,7 +26,6 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
   throw InvalidArgument(file + ": " + what);
 }
 
-std::string os_error(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 uint64_t read_le64(const char* p) {
   uint64_t v = 0;
@@ -250,34 +245,10 @@ void SafetensorsFile::parse(const std::string& name) {
 }
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(path + ": cannot open: " + os_error(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw IoError(path + ": cannot stat: " + os_error(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw InvalidArgument(path +
-                          ": not a regular file (a directory?); expected a .safetensors file");
-  }
   std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
   file->self_ = file;
-  file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ >= 8) {  // mmap refuses length 0; parse() reports short files
-    void* mapped = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (mapped == MAP_FAILED) throw IoError(path + ": cannot mmap: " + os_error(err));
-    file->base_ = static_cast<const char*>(mapped);
-    file->mapped_ = true;
-  } else {
-    ::close(fd);
-    file->base_ = file->owned_bytes_.data();
-  }
+  file->adopt(FileImage::map(path, "a .safetensors file"));
   file->parse(path);
   return file;
 }
@@ -287,16 +258,18 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::from_bytes(std::string bytes,
   std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = name;
   file->self_ = file;
-  file->owned_bytes_ = std::move(bytes);
-  file->base_ = file->owned_bytes_.data();
-  file->size_ = file->owned_bytes_.size();
+  file->adopt(FileImage::own(std::move(bytes)));
   file->parse(name);
   return file;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (mapped_) ::munmap(const_cast<char*>(base_), size_);
+void SafetensorsFile::adopt(FileImage image) {
+  image_ = std::move(image);
+  base_ = image_.data();
+  size_ = image_.size();
 }
+
+SafetensorsFile::~SafetensorsFile() = default;
 
 Tensor SafetensorsFile::get(const std::string& tensor) const {
   auto it = entries_.find(tensor);
