@@ -36,14 +36,15 @@ fuzz-long:
 	@scripts/run-fuzzers.sh 600
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (optimized with debug
-# info, so the model tests finish). The two full-corpus perplexity runs are left out: they run the
-# same code as the golden-logit tests, 700k tokens over, and would take most of an hour here.
+# info, so the model tests finish). The two full-corpus perplexity runs (ctest entries of their
+# own) are left out: they run the same code as the golden-logit tests, 700k tokens over, and would
+# take most of an hour here.
 asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOWBIT_SANITIZE=ON -DLOWBIT_CUDA=OFF \
 	  -DLOWBIT_BENCH=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS) -- --no-print-directory
-	@ASAN_OPTIONS=detect_leaks=1 GTEST_FILTER='-ReferenceModelCliTest.PerplexityOn*' \
-	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j $(JOBS) \
+	  -E 'ReferenceModelCliTest[.]PerplexityOn'
 
 bench: build
 	@$(LOWBIT) synth --like llama-3.2-1b -o $(BUILD)/synth-llama-3.2-1b --overwrite

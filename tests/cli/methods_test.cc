@@ -27,6 +27,12 @@ double perplexity_of(const std::string& arguments) {
   return nlohmann::json::parse(r.output.substr(brace)).at("perplexity").get<double>();
 }
 
+// The bf16 model's figure, which two tests compare against: measured once.
+double bf16_perplexity() {
+  static const double ppl = perplexity_of(quoted(kModel));
+  return ppl;
+}
+
 // One small W4A16 checkpoint for the tests that need a quantized model (RTN: seconds).
 const fs::path& w4a16_checkpoint() {
   static const fs::path dir = [] {
@@ -81,7 +87,7 @@ TEST(Plugin, RegistersRunsAndCanOverrideABuiltIn) {
       << gen.output;
 
   // int8 per-channel weights cost little quality: within 1% of bf16 perplexity.
-  const double bf16 = perplexity_of(quoted(kModel));
+  const double bf16 = bf16_perplexity();
   const CliResult env = run_lowbit("ppl " + quoted(kModel) + " --quantization my_quant --text " +
                                    quoted(fs::path(repo_path("data/text/heldout.txt"))) + " --max-windows 1");
   EXPECT_EQ(env.exit_code, 2) << "without the plugin my_quant is unknown: " << env.output;
@@ -104,7 +110,7 @@ TEST(Plugin, RegistersRunsAndCanOverrideABuiltIn) {
 }
 
 TEST(OnlineQuantization, Fp8StaysWithinOnePercentOfBf16) {
-  const double bf16 = perplexity_of(quoted(kModel));
+  const double bf16 = bf16_perplexity();
   for (const char* method : {"fp8", "fp8_per_channel", "fp8_per_block"}) {
     const double fp8 = perplexity_of(quoted(kModel) + " --quantization " + method);
     EXPECT_LT(std::abs(fp8 / bf16 - 1.0), 0.01) << method << ": " << fp8 << " vs " << bf16;
