@@ -1,6 +1,7 @@
 // lowbit methods: every registered quantization method (plugins included), what it declares, and
 // where it runs: a support matrix over GPU generations and CPUs derived from the kernels each
 // method declares, plus this machine.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -90,12 +91,18 @@ int run_methods(const std::vector<std::string>& plugins, bool json) {
     return 0;
   }
   std::printf("This machine: %s\n\n", quant::Platform::current().describe().c_str());
-  std::printf("%-30s %7s", "method", "min cap");
+  // The first column fits the longest "alias (= method)" name, so every row stays aligned.
+  int name_width = 6;
+  for (const auto& [name, d] : methods) {
+    const size_t shown = name == d.name ? name.size() : name.size() + d.name.size() + 5;
+    name_width = std::max(name_width, static_cast<int>(shown));
+  }
+  std::printf("%-*s %7s", name_width, "method", "min cap");
   for (const Column& c : columns) std::printf(" %-9.9s", c.name);
   std::printf("\n");
   for (const auto& [name, d] : methods) {
     const std::string shown = name == d.name ? name : name + " (= " + d.name + ")";
-    std::printf("%-30s %7s", shown.c_str(),
+    std::printf("%-*s %7s", name_width, shown.c_str(),
                 d.min_capability < 0 ? "-" : std::to_string(d.min_capability).c_str());
     for (const Column& c : columns) std::printf(" %-9s", runs_on(d, c.platform) ? "yes" : "-");
     std::printf("\n");

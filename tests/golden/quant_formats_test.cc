@@ -1,6 +1,6 @@
-// Checkpoints written by other tools (GPTQModel, AutoAWQ, transformers' FineGrainedFP8, AutoFP8;
-// tests/golden/quant_formats/README.md) load through their methods and match the writers' own
-// numbers:
+// Checkpoints written by other tools (GPTQModel, AutoAWQ, transformers' FineGrainedFP8, AutoFP8,
+// Intel AutoRound, AMD Quark; tests/golden/quant_formats/README.md) load through their methods and
+// match the writers' own numbers:
 //  - the weight lowbit reconstructs equals the writer's dequantization (`dequant_<module>`);
 //  - with --linear-backend dequant (weights dequantized to bf16, fp32 activations) the logits
 //    equal `logits_dequant_f32`, transformers' fp32 forward on the writer's bf16 weights;
@@ -34,6 +34,17 @@ const Fixture kFixtures[] = {
     {"fp8_block", "fp8", true},          // dynamic 1x128-group fp8 inputs
     {"fp8_block_ceil", "fp8", true},     // the same with partial 64x128 blocks
     {"fp8_tensor_static", "fp8", true},  // static per-tensor fp8 inputs (input_scale)
+    // Intel AutoRound 0.15.1: its own format (GPTQ v1 / AWQ / GPTQ v2 packings) and its
+    // auto_gptq export, a plain GPTQ checkpoint.
+    {"autoround_w4_g128_sym_mixed", "auto-round", false},
+    {"autoround_w4_g128_asym", "auto-round", false},
+    {"autoround_w8_g128_asym", "auto-round", false},
+    {"autoround_w4_g128_autogptq", "gptq", false},
+    // AMD Quark 0.13: 4-bit groups in the "reorder" (AWQ) packing; fp8 with static inputs, checked
+    // on its tie-free sequence like the block fixtures.
+    {"quark_uint4_g128", "quark", false},
+    {"quark_int4_g128", "quark", false},
+    {"quark_fp8", "quark", true},
 };
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
@@ -102,7 +113,8 @@ TEST_P(QuantFormat, MatchesTheWritersNumbers) {
     // weights; measured 0.02).
     EXPECT_LE(max_abs_diff(fast_logits, ref_logits), 0.047) << f.name;
     if (golden->has("logits")) {
-      // transformers running the checkpoint through GPTQModel's CPU kernels in bf16 / fp16.
+      // transformers running the checkpoint through GPTQModel's, auto-round's or Quark's CPU
+      // kernels in bf16 / fp16.
       EXPECT_LE(max_abs_diff(fast_logits, golden->get("logits")), 0.1) << f.name;
     }
   } else {
@@ -112,7 +124,8 @@ TEST_P(QuantFormat, MatchesTheWritersNumbers) {
     // moves by < 3.4e-5 under such changes (README) while the activation quantization itself moves
     // the logits by ~0.25, so 1e-4 tells right from wrong. The block fixtures' default input_ids
     // hold exact fp8 rounding ties that any change of summation order decides differently
-    // (README), so those are checked on the tie-free sequence the generator selected.
+    // (README), so those (and quark_fp8, whose near-ties do the same) are checked on the
+    // tie-free sequence the generator selected.
     const bool block = golden->has("input_ids_tiefree");
     const Tensor checked = block ? run(*fast, golden->get("input_ids_tiefree")) : fast_logits;
     EXPECT_LE(max_abs_diff(checked, golden->get(block ? "logits_actquant_f32_tiefree"

@@ -41,6 +41,11 @@ std::optional<FoundFile> find_config_file(const std::string& dir) {
       if (!fs::exists(path)) continue;
       nlohmann::json j = read_json_file(path);
       std::string claimed = normalize_method_name(j.value("quant_method", std::string()));
+      // ModelOpt's hf_quant_config.json names its producer instead of a quant_method.
+      if (claimed.empty() && j.contains("producer") && j.at("producer").is_object() &&
+          j.at("producer").value("name", std::string()) == "modelopt") {
+        claimed = "modelopt";
+      }
       if (claimed.empty()) claimed = (j.contains("zero_point") || j.contains("version")) ? "awq" : "gptq";
       if (claimed != name) continue;
       found.push_back(FoundFile{name, std::move(j), path.string()});
