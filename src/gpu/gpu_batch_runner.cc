@@ -38,7 +38,7 @@ class GpuBatchRunner : public models::BatchRunner {
       LOWBIT_CHECK_AS(Internal, seq.length() == e.seq->length,
                       "GPU batch runner: the engine says " + std::to_string(e.seq->length) +
                           " tokens are cached, the GPU holds " + std::to_string(seq.length()));
-      items.push_back({e.tokens, &seq, e.all_logits});
+      items.push_back({e.tokens, &seq, e.all_logits, e.argmax_only});
     }
     std::vector<Tensor> logits(batch.size());
     run_in_groups(items, logits);

@@ -10,6 +10,7 @@
 #include "gpu/gpu_kernels.h"
 #include "gpu/gpu_pass.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/rope_kv_write.h"
 #include "kernels/cuda/small_ops.h"
 #include "lowbit/error.h"
 #include "models/model.h"
@@ -50,10 +51,18 @@ void attention(Shard& im, const GpuLayer& g, const Pass& p, uint16_t* q,
     kc::rmsnorm(q, g.q_norm.data(), im.eps, p.rows * im.heads, im.head_dim, q, im.stream);
     kc::rmsnorm(k, g.k_norm.data(), im.eps, p.rows * im.kv_heads, im.head_dim, k, im.stream);
   }
-  kc::rope_neox(q, k, p.positions, p.rows, static_cast<int>(im.heads), static_cast<int>(im.kv_heads),
-                static_cast<int>(im.head_dim), static_cast<int>(im.rotary_dim), p.rope, p.rope_rows,
-                im.stream, q_stride, kv_stride);
-  kc::write_kv_paged(as_bf16(k), kv_stride, as_bf16(v), kv_stride, p.slots, p.rows, g.kv, im.stream);
+  if (gemv_kernels_enabled()) {  // one kernel, the bits of the two below
+    kc::rope_neox_write_kv(q, q_stride, k, kv_stride, v, kv_stride, p.positions, p.slots, p.rows,
+                           static_cast<int>(im.heads), static_cast<int>(im.rotary_dim), p.rope,
+                           p.rope_rows, g.kv, im.stream);
+  } else {
+    kc::rope_neox(q, k, p.positions, p.rows, static_cast<int>(im.heads),
+                  static_cast<int>(im.kv_heads), static_cast<int>(im.head_dim),
+                  static_cast<int>(im.rotary_dim), p.rope, p.rope_rows, im.stream, q_stride,
+                  kv_stride);
+    kc::write_kv_paged(as_bf16(k), kv_stride, as_bf16(v), kv_stride, p.slots, p.rows, g.kv,
+                       im.stream);
+  }
   kernels::AttentionShape shape;
   shape.heads = static_cast<int>(im.heads);
   shape.kv_heads = static_cast<int>(im.kv_heads);
@@ -109,6 +118,9 @@ void run_layer(Shard& im, const GpuLayer& g, const float* next_norm, const Pass&
   // residual += attention; branch = RMSNorm_post(residual)
   kc::fused_add_rmsnorm(branch, im.residual.data(), g.post_norm.data(), im.eps, m, im.hidden,
                         im.stream);
+  // (A down GEMV reading silu(gate)·up straight from gate_up, and o / down GEMVs ending in the
+  // residual add and the next norm, exist in kernels/cuda/gemv_bf16.h but measured slower than
+  // these separate kernels on the H200: bench/NOTES.md "Decode GEMV".)
   if (g.gate_up.size() == 1) {
     g.gate_up[0].run(*im.blas, branch, m, im.gate_up.data(), ws, ws_bytes, im.stream);
     kc::silu_and_mul(im.gate_up.data(), m, im.intermediate, im.act.data(), im.stream);

@@ -4,6 +4,7 @@
 // otherwise); the LM head runs on the rows whose logits are wanted, gathered into one block.
 // Eager (no CUDA graphs: the graphs of forward() are per single-sequence decode).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -26,7 +27,14 @@ struct ItemView {
   std::span<const int32_t> tokens;
   int64_t past = 0;
   bool all_logits = false;
-  float* out = nullptr;  // host logits [rows wanted, vocab]
+  bool argmax_only = false;
+  float* out = nullptr;  // host logits [rows wanted, vocab] (null when argmax_only)
+};
+
+// One GPU's greedy choice for an argmax_only item: its best id (global) and logit.
+struct RankArgmax {
+  int32_t id = 0;
+  float value = 0.0f;
 };
 
 // Metadata of the batch: ids, positions, slots [T each], context lengths [B], query starts
@@ -107,7 +115,9 @@ void ensure_batch_workspace(Shard& im, Pass& p) {
   p.attn_workspace_bytes = im.batch_attn_workspace.bytes();
 }
 
-void forward_batch_shard(Shard& im, std::span<const ItemView> items, int64_t rows) {
+// `out` gets one entry per item (argmax_only items only are filled).
+void forward_batch_shard(Shard& im, std::span<const ItemView> items, int64_t rows,
+                         std::vector<RankArgmax>& out) {
   LOWBIT_CUDA_CHECK(cudaSetDevice(im.device));
   const int32_t* last_rows = nullptr;
   Pass p = fill_batch_meta(im, items, rows, last_rows);
@@ -148,12 +158,48 @@ void forward_batch_shard(Shard& im, std::span<const ItemView> items, int64_t row
     }
     im.lm_head.run_f32(*im.blas, im.buf_b.data(), static_cast<int64_t>(block), im.logits.data(),
                        im.stream);
+    bool any_argmax = false;
     for (size_t j = 0; j < block; ++j) {
-      copy_logits(im, im.logits.data() + j * static_cast<size_t>(im.vocab_rows), 1,
-                  items[static_cast<size_t>(wanted[w + j])].out);
+      const ItemView& it = items[static_cast<size_t>(wanted[w + j])];
+      any_argmax = any_argmax || it.argmax_only;
+      if (!it.argmax_only) {
+        copy_logits(im, im.logits.data() + j * static_cast<size_t>(im.vocab_rows), 1, it.out);
+      }
+    }
+    if (any_argmax) {  // the whole block (cheap); rows of other items are ignored below
+      argmax_rows(im.logits.data(), static_cast<int64_t>(block), im.vocab_rows, im.vocab_rows,
+                  im.argmax.data() + 2 * w, im.stream);
     }
   }
+  const bool any_argmax = std::any_of(items.begin(), items.end(),
+                                      [](const ItemView& it) { return it.argmax_only; });
+  if (any_argmax) {
+    LOWBIT_CUDA_CHECK(cudaMemcpyAsync(im.argmax_host.data(), im.argmax.data(),
+                                      2 * wanted.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                      im.stream));
+  }
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+  for (size_t w = 0; w < wanted.size(); ++w) {
+    const auto s = static_cast<size_t>(wanted[w]);
+    if (!items[s].argmax_only) continue;
+    const int32_t* r = im.argmax_host.data() + 2 * w;
+    float value;
+    std::memcpy(&value, &r[1], sizeof value);
+    out[s] = RankArgmax{static_cast<int32_t>(im.vocab_begin) + r[0], value};
+  }
+}
+
+// The ranks' choices combined: the largest logit, the lowest id on a tie (ranks hold ascending
+// vocabulary ranges, each already the lowest of its own ties); NaN never wins.
+int32_t combine_argmax(const std::vector<std::vector<RankArgmax>>& per_rank, size_t item) {
+  const RankArgmax* best = nullptr;
+  for (const std::vector<RankArgmax>& rank : per_rank) {
+    const RankArgmax& c = rank[item];
+    if (best == nullptr || c.value > best->value || (std::isnan(best->value) && !std::isnan(c.value))) {
+      best = &c;
+    }
+  }
+  return best->id;
 }
 
 }  // namespace
@@ -186,7 +232,16 @@ std::vector<Tensor> GpuModel::forward_batch(std::span<const BatchItem> items) {
   }
   std::vector<Tensor> logits;
   if (call_rope) {  // per-call RoPE frequencies: one call per item, as forward() does
-    for (const BatchItem& it : items) logits.push_back(forward(it.tokens, *it.sequence, it.all_logits));
+    for (const BatchItem& it : items) {
+      Tensor t = forward(it.tokens, *it.sequence, it.all_logits);
+      if (it.argmax_only && !it.all_logits) {  // same contract: the id (first maximal, as the host)
+        const float* row = t.data_as<const float>();
+        Tensor id = Tensor::zeros(DType::I32, {1});
+        id.data_as<int32_t>()[0] = static_cast<int32_t>(std::max_element(row, row + first.vocab) - row);
+        t = std::move(id);
+      }
+      logits.push_back(std::move(t));
+    }
     return logits;
   }
   LOWBIT_CHECK(rows <= im.options.max_step_tokens,
@@ -205,13 +260,21 @@ std::vector<Tensor> GpuModel::forward_batch(std::span<const BatchItem> items) {
     for (size_t i = 0; i < items.size(); ++i) {
       const BatchItem& it = items[i];
       const auto n = static_cast<int64_t>(it.tokens.size());
-      logits.push_back(Tensor::zeros(DType::F32, {it.all_logits ? n : 1, first.vocab}));
-      views.push_back({it.sequence->state_.get(), it.tokens, pasts[i], it.all_logits,
-                       logits.back().data_as<float>()});
+      const bool argmax_only = it.argmax_only && !it.all_logits;
+      logits.push_back(argmax_only ? Tensor::zeros(DType::I32, {1})
+                                   : Tensor::zeros(DType::F32, {it.all_logits ? n : 1, first.vocab}));
+      views.push_back({it.sequence->state_.get(), it.tokens, pasts[i], it.all_logits, argmax_only,
+                       argmax_only ? nullptr : logits.back().data_as<float>()});
     }
+    std::vector<std::vector<RankArgmax>> argmax(im.shards.size(),
+                                                std::vector<RankArgmax>(items.size()));
     run_per_rank(static_cast<int>(im.shards.size()), [&](int r) {
-      forward_batch_shard(*im.shards[static_cast<size_t>(r)], views, rows);
+      forward_batch_shard(*im.shards[static_cast<size_t>(r)], views, rows,
+                          argmax[static_cast<size_t>(r)]);
     });
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (views[i].argmax_only) logits[i].data_as<int32_t>()[0] = combine_argmax(argmax, i);
+    }
   } catch (...) {
     for (size_t i = 0; i < std::min(reserved + 1, items.size()) && i < pasts.size(); ++i) {
       items[i].sequence->state_->release_blocks_after(pasts[i]);

@@ -141,6 +141,10 @@ struct Shard {
   kernels::cuda::DeviceBuffer<float> logits;                      // [logit_rows, vocab_rows]
   int64_t logit_rows = 0;
   PinnedBuffer<float> logits_host;  // [vocab_rows]: the last row
+  // Device argmax of forward_batch's argmax_only rows: {column, value bits} per row of a batch
+  // (max_batch_size rows), and its host copy.
+  kernels::cuda::DeviceBuffer<int32_t> argmax;
+  PinnedBuffer<int32_t> argmax_host;
   // Step metadata, one upload per pass: ids, positions, slots [T each], then per sequence context
   // length, query start (+1), last row and block table [max_blocks_per_seq] (up to
   // options.max_batch_size sequences).

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "lowbit/error.h"
 
 namespace lowbit::gpu {
 
@@ -93,6 +94,55 @@ int grid_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
 }
 
+
+// One block per row. Each thread scans its strided columns in increasing order (so a strict `>`
+// keeps its first maximum), then the block reduces (value, column) pairs preferring the larger
+// value and, on a tie, the lower column.
+constexpr int kArgmaxThreads = 512;
+constexpr int32_t kNoColumn = 0x7fffffff;
+
+__device__ inline bool argmax_better(float v, int32_t c, float best, int32_t best_c) {
+  return v > best || (v == best && c < best_c);
+}
+
+__global__ void argmax_kernel(const float* logits, int64_t cols, int64_t ld, int32_t* out) {
+  const float* row = logits + blockIdx.x * ld;
+  float best = -INFINITY;
+  int32_t best_c = kNoColumn;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = row[c];
+    if (v > best || (v == best && best_c == kNoColumn)) {  // -inf counts once seen; NaN never
+      best = v;
+      best_c = static_cast<int32_t>(c);
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float v = __shfl_down_sync(0xffffffffu, best, offset);
+    const int32_t c = __shfl_down_sync(0xffffffffu, best_c, offset);
+    if (argmax_better(v, c, best, best_c)) {
+      best = v;
+      best_c = c;
+    }
+  }
+  __shared__ float values[kArgmaxThreads / 32];
+  __shared__ int32_t columns[kArgmaxThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    values[warp] = best;
+    columns[warp] = best_c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+      if (argmax_better(values[w], columns[w], best, best_c)) {
+        best = values[w];
+        best_c = columns[w];
+      }
+    }
+    out[2 * blockIdx.x] = best_c == kNoColumn ? 0 : best_c;
+    out[2 * blockIdx.x + 1] = __float_as_int(best_c == kNoColumn ? row[0] : best);
+  }
+}
 }  // namespace
 
 void scale_bf16(uint16_t* x, int64_t n, float scale, cudaStream_t stream) {
@@ -129,6 +179,14 @@ void gather_rows_bf16(const uint16_t* src, int64_t hidden, const int32_t* rows, 
                       uint16_t* dst, cudaStream_t stream) {
   if (count <= 0) return;
   gather_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(src, hidden, rows, dst);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+void argmax_rows(const float* logits, int64_t rows, int64_t cols, int64_t ld, int32_t* out,
+                 cudaStream_t stream) {
+  if (rows <= 0) return;
+  LOWBIT_CHECK(cols > 0 && ld >= cols, "argmax_rows: cols must be positive and ld >= cols");
+  argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(logits, cols, ld, out);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

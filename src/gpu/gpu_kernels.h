@@ -32,6 +32,14 @@ void embedding_gather_part(const uint16_t* table, int64_t vocab_begin, int64_t v
 void gather_rows_bf16(const uint16_t* src, int64_t hidden, const int32_t* rows, int64_t count,
                       uint16_t* dst, cudaStream_t stream);
 
+// Greedy sampling on the device: for each of `rows` fp32 rows of `cols` logits (rows `ld` apart),
+// the largest value and the first column holding it (the host Sampler's argmax: the lowest index
+// wins a tie), as out[r] = {column, float bits}. NaN never wins (a row of only NaN gives column 0):
+// std::max_element's answer on NaN depends on where the NaN sits, which no parallel reduction can
+// reproduce, and a model producing NaN is reported elsewhere. out: device int32 [rows, 2].
+void argmax_rows(const float* logits, int64_t rows, int64_t cols, int64_t ld, int32_t* out,
+                 cudaStream_t stream);
+
 // Reads `bytes` (a multiple of 16) of device memory once with 16-byte loads and writes one word
 // per block to `sink` (so the reads cannot be optimized away): a read-bandwidth probe.
 void read_probe(const void* data, size_t bytes, uint32_t* sink, int blocks, cudaStream_t stream);

@@ -1,6 +1,7 @@
 #include "gpu/gpu_linear.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -101,6 +102,14 @@ bool int8_activations(const quant::InputQuant& in, kernels::Int8Activations& act
 
 }  // namespace
 
+bool gemv_kernels_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LOWBIT_GPU_GEMV");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
 std::vector<uint16_t> to_bf16_bits(const Tensor& weight) {
   std::vector<uint16_t> out(static_cast<size_t>(weight.numel()));
   if (weight.dtype() == DType::BF16) {
@@ -182,7 +191,7 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const Split& split, int 
     if (!bias.empty()) {
       g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias_bits(bias, g.n_)));
     }
-    return g;
+      return g;
   }
   const std::string kernel = linear.method->kernel_name();
   const auto* method = dynamic_cast<const quant::KernelLinear*>(linear.method.get());
@@ -203,7 +212,7 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const Split& split, int 
     g.weight_ = kc::DeviceBuffer<uint16_t>(
         std::span<const uint16_t>(slice_matrix(bits, full_n, full_k, split)));
     g.weight_ptr_ = g.weight_.data();
-  };
+    };
   // Quantized kernels pack this GPU's part of the weights (with its own scales).
   std::optional<kernels::IntWeights> int_part;
   std::optional<kernels::Fp8Weights> fp8_part;
@@ -346,7 +355,13 @@ void GpuLinear::run(kc::BlasLt& blas, const uint16_t* x, int64_t m, uint16_t* y,
                     size_t workspace_bytes, cudaStream_t stream) const {
   const uint16_t* bias = bias_.size() > 0 ? bias_.data() : nullptr;
   switch (kind_) {
-    case Kind::DENSE: kc::gemm_bf16(blas, x, m, k_, weight_ptr_, n_, y, stream, bias); return;
+    case Kind::DENSE:
+      if (uses_gemv(x, m, k_)) {
+        kc::gemv_bf16(x, m, k_, weight_ptr_, n_, y, stream, bias);
+      } else {
+        kc::gemm_bf16(blas, x, m, k_, weight_ptr_, n_, y, stream, bias);
+      }
+      return;
     case Kind::WNA16:
       kc::wna16_gemm(x, m, *wna16_, y, workspace, workspace_bytes, stream, bias);
       return;
@@ -357,6 +372,11 @@ void GpuLinear::run(kc::BlasLt& blas, const uint16_t* x, int64_t m, uint16_t* y,
       kc::w8a8_gemm(*w8a8_, x, m, int8_act_, bias, y, workspace, workspace_bytes, stream);
       return;
   }
+}
+
+bool GpuLinear::uses_gemv(const uint16_t* x, int64_t m, int64_t x_stride) const {
+  return kind_ == Kind::DENSE && m >= 1 && m <= kGemvMaxRows && gemv_kernels_enabled() &&
+         kc::gemv_bf16_vectorized(x, x_stride, k_, weight_ptr_);
 }
 
 void GpuLinear::run_f32(kc::BlasLt& blas, const uint16_t* x, int64_t m, float* y,

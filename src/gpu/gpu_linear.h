@@ -12,12 +12,24 @@
 
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm_bf16.h"
+#include "kernels/cuda/gemv_bf16.h"
 #include "kernels/cuda/w8a8_gemm.h"
 #include "gpu/tensor_parallel.h"
 #include "kernels/cuda/wna16_gemm.h"
 #include "models/layers/linear.h"
 
 namespace lowbit::gpu {
+
+// Dense layers with at most this many rows of x run on the streaming GEMV (kernels/cuda/
+// gemv_bf16.h) instead of cuBLASLt; decode steps (one row per sequence) are that small. Its cost
+// does not grow with m up to the kernel's limit (8), where cuBLASLt's does little either.
+inline constexpr int64_t kGemvMaxRows = 8;
+static_assert(kGemvMaxRows <= kernels::cuda::kGemvMaxRows, "the GEMV kernel takes at most 8 rows");
+
+// False when the environment sets LOWBIT_GPU_GEMV=0: the decode-step kernels of issue 5's fusion
+// work (the GEMV and the fused RoPE + KV write) are then replaced by the cuBLASLt / small-op
+// sequence, for A/B runs. Read once per process.
+bool gemv_kernels_enabled();
 
 class GpuLinear {
  public:
@@ -50,6 +62,8 @@ class GpuLinear {
   bool empty() const { return n_ == 0; }
   Kind kind() const { return kind_; }
   const char* kernel_name() const;
+  // Whether run() takes the streaming GEMV for m rows of x at x.
+  bool uses_gemv(const uint16_t* x, int64_t m, int64_t x_stride) const;
   int64_t rows() const { return n_; }  // output features
   int64_t cols() const { return k_; }  // input features
   size_t device_bytes() const;         // weights (and bias) read by one call

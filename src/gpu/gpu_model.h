@@ -130,10 +130,15 @@ class GpuModel {
     std::span<const int32_t> tokens;  // new tokens, after the sequence's cached ones
     GpuSequence* sequence = nullptr;
     bool all_logits = false;  // logits of every new token, else of the last
+    // Greedy decoding without logprobs: only the argmax of the last row is wanted. The item's
+    // result is then an I32 tensor [1] holding that token id (chosen on the device, the lowest id
+    // on a tie like runtime::argmax), and its logits never cross to the host.
+    bool argmax_only = false;
   };
   // Several sequences' new tokens in one pass (what continuous batching runs each step): every
   // linear layer reads its weights once for all rows, attention runs per sequence on its own
-  // blocks. Returns each item's logits as forward() would ([n, vocab] or [1, vocab]), equal to
+  // blocks. Returns each item's logits as forward() would ([n, vocab] or [1, vocab]; argmax_only
+  // items: the token id, I32 [1]), equal to
   // them up to GEMM summation order (cuBLASLt picks kernels by row count, as on any GPU). The
   // rows of all items must fit max_step_tokens and the items max_batch_size; each sequence at
   // most once. All or nothing: on an error no sequence changes. Models whose RoPE changes with

@@ -198,6 +198,8 @@ void allocate_scratch(Shard& im) {
   im.meta = kc::DeviceBuffer<int32_t>(
       static_cast<size_t>(3 * t + 3 * seqs + 1 + seqs * im.max_blocks_per_seq));
   im.meta_host = PinnedBuffer<int32_t>(im.meta.size());
+  im.argmax = kc::DeviceBuffer<int32_t>(static_cast<size_t>(2 * seqs));
+  im.argmax_host = PinnedBuffer<int32_t>(im.argmax.size());
 }
 
 // cos/sin rows [0, max_seq_len) of the frequencies every call uses until dynamic / longrope

@@ -75,6 +75,10 @@ struct BatchEntry {
   std::span<const int32_t> tokens;  // new tokens, at positions seq->length ...
   PagedSequence* seq = nullptr;     // must already hold seq->length + tokens.size() positions
   bool all_logits = false;          // logits of every new token (prompt logprobs), else the last
+  // The caller samples greedily from the last row and wants no logprobs: a runner may return
+  // that row's argmax instead (an I32 tensor [1], the lowest id on a tie) and keep the logits on
+  // its device. Runners that ignore this return the logits as usual.
+  bool argmax_only = false;
 };
 
 // How forward_batch() groups the batch's rows into matmul calls.

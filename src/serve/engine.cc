@@ -325,6 +325,7 @@ bool Engine::step() {
     entry.tokens = r->step_tokens();
     entry.seq = &r->seq;
     entry.all_logits = r->needs_prefill && r->params.prompt_logprobs && !r->prompt_logprobs_done;
+    entry.argmax_only = !entry.all_logits && argmax_is_enough(*r);
     batch.push_back(entry);
   }
   models::BatchOptions batch_options;
@@ -338,6 +339,16 @@ bool Engine::step() {
   std::vector<bool> done(running_.size(), false);
   for (size_t i = 0; i < running_.size(); ++i) {
     Request& r = *running_[i];
+    if (logits[i].dtype() == DType::I32) {  // the runner chose the argmax on its device
+      r.needs_prefill = false;
+      const FinishReason reason =
+          process_step_token(r, logits[i].data_as<int32_t>()[0], {}, limits);
+      if (reason != FinishReason::NONE) {
+        finish(r, reason, /*announce=*/false);
+        done[i] = true;
+      }
+      continue;
+    }
     const float* rows = logits[i].data_as<float>();
     const int64_t n = logits[i].dim(0);
     if (batch[i].all_logits) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lowbit/error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::serve {
@@ -51,18 +52,30 @@ std::vector<std::optional<TokenLogprob>> prompt_logprobs(std::span<const int32_t
   return out;
 }
 
+bool argmax_is_enough(const Engine::Request& r) {
+  const runtime::SamplingParams& p = r.sampler.params();
+  return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && r.params.logprobs < 0;
+}
+
 FinishReason process_step_output(Engine::Request& r, const float* logits, int64_t rows,
                                  int64_t vocab, const StepLimits& limits) {
   std::span<const float> raw(logits + (rows - 1) * vocab, static_cast<size_t>(vocab));
   thread_local std::vector<float> row;
   row.assign(raw.begin(), raw.end());  // the sampler edits its row in place
   const int32_t id = r.sampler.sample(row, r.context, static_cast<size_t>(r.prompt_len));
+  return process_step_token(r, id, raw, limits);
+}
+
+FinishReason process_step_token(Engine::Request& r, int32_t id, std::span<const float> raw,
+                                const StepLimits& limits) {
   r.context.push_back(id);
   if (!r.first_token) r.first_token = Clock::now();
 
   StreamEvent event;
   event.token_ids.push_back(id);
   if (r.params.logprobs >= 0) {
+    LOWBIT_CHECK_AS(Internal, !raw.empty(), "logprobs requested but the step returned no logits");
     thread_local std::vector<float> scratch;
     event.logprobs.push_back(token_logprob(raw, id, r.params.logprobs, scratch));
   }

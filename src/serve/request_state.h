@@ -53,6 +53,15 @@ struct StepLimits {
 FinishReason process_step_output(Engine::Request& request, const float* logits, int64_t rows,
                                  int64_t vocab, const StepLimits& limits);
 
+// The same once the next token is chosen: `raw` is the logits row it came from (needed for
+// logprobs; empty when the runner sampled on its device).
+FinishReason process_step_token(Engine::Request& request, int32_t id, std::span<const float> raw,
+                                const StepLimits& limits);
+
+// True when the request's next token is the plain argmax of its logits (greedy, no penalties)
+// and it wants no logprobs: a runner may then choose it on its device (BatchEntry::argmax_only).
+bool argmax_is_enough(const Engine::Request& request);
+
 // Log-probabilities of the prompt tokens from prefill logits of every prompt position.
 std::vector<std::optional<TokenLogprob>> prompt_logprobs(std::span<const int32_t> prompt,
                                                          const float* logits, int64_t vocab,

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -236,6 +237,60 @@ TEST_F(EngineTest, LogprobsMatchTheModelDistribution) {
     ASSERT_TRUE(summary.prompt_logprobs[i].has_value());
     EXPECT_NEAR(summary.prompt_logprobs[i]->logprob, reference(i - 1, prompt[i]), 1e-4);
   }
+}
+
+// A runner with its own KV storage (the CPU's forward_batch) that, like the GPU runner, answers
+// argmax_only entries with the token id instead of the logits, and records which entries asked.
+class ArgmaxRunner : public models::BatchRunner {
+ public:
+  ArgmaxRunner(const models::Model& model, int64_t blocks)
+      : model_(model), pool_(model, blocks, 16) {}
+  std::vector<Tensor> run(std::span<const models::BatchEntry> batch) override {
+    std::vector<Tensor> out = models::forward_batch(model_, batch, pool_, {});
+    for (size_t i = 0; i < batch.size(); ++i) {
+      (batch[i].argmax_only ? argmax_entries : logit_entries)++;
+      if (!batch[i].argmax_only) continue;
+      const float* row = out[i].data_as<float>();
+      const int64_t vocab = out[i].dim(1);
+      Tensor id = Tensor::zeros(DType::I32, {1});
+      id.data_as<int32_t>()[0] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      out[i] = std::move(id);
+    }
+    return out;
+  }
+  int64_t capacity_tokens() const override { return pool_.num_blocks() * 16; }
+  std::string describe() const override { return "test runner"; }
+  int64_t argmax_entries = 0, logit_entries = 0;
+
+ private:
+  const models::Model& model_;
+  models::KvBlockPool pool_;
+};
+
+// Greedy requests without logprobs let the runner pick the token (BatchEntry::argmax_only): the
+// output is the same as one-at-a-time generation; a request with logprobs still gets logits.
+TEST_F(EngineTest, RunnerArgmaxGivesTheSameGreedyOutput) {
+  const auto all = prompts(6);
+  auto runner = std::make_shared<ArgmaxRunner>(*model_, 6 * 16);
+  EngineOptions options = with_max_len(256);
+  options.runner = runner;
+  Engine engine(*model_, tokenizer_, options);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& p : all) streams.push_back(engine.submit(greedy(p, 16)));
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(collect(*streams[i]), generate_alone(all[i], 16)) << "prompt " << i;
+  }
+  EXPECT_GT(runner->argmax_entries, 0);
+  EXPECT_EQ(runner->logit_entries, 0) << "every request was greedy without logprobs";
+
+  GenerateParams with_logprobs = greedy(all[0], 4);
+  with_logprobs.logprobs = 1;
+  StreamEvent event;
+  auto stream = engine.submit(with_logprobs);
+  int64_t logprobs = 0;
+  while (stream->next(event)) logprobs += static_cast<int64_t>(event.logprobs.size());
+  EXPECT_EQ(logprobs, 4);
+  EXPECT_GT(runner->logit_entries, 0) << "logprobs need the logits on the host";
 }
 
 TEST_F(EngineTest, StopStringEndsWithoutIt) {
