@@ -3,8 +3,10 @@
 #include <cstdio>
 
 #include "command.h"
+#include "device.h"
 #include "lowbit/error.h"
 #include "options.h"
+#include "quant/pipeline/calibration_backend.h"
 #include "quant/pipeline/oneshot.h"
 #include "quant/pipeline/recipe_plan.h"
 #include "quant/recipe/recipe.h"
@@ -30,6 +32,7 @@ struct QuantizeCliOptions {
   bool json = false;
   bool no_progress = false;
   int threads = 0;
+  DeviceOptions device;
 };
 
 void print_report(const quant::OneshotReport& r, bool json) {
@@ -104,6 +107,8 @@ int run_quantize(QuantizeCliOptions o) {
   options.eval_text = o.eval_text;
   options.eval_windows = o.eval_windows;
   options.progress = !o.no_progress;
+  const std::unique_ptr<quant::CalibrationBackend> backend = make_calibration_backend(o.device);
+  options.backend = backend.get();
   print_report(quant::run_oneshot(options), o.json);
   return 0;
 }
@@ -115,7 +120,8 @@ void add_quantize_command(CLI::App& app, CommandList& commands) {
   CLI::App* cmd = app.add_subcommand(
       "quantize",
       "Quantize a Hugging Face checkpoint (RTN, GPTQ, AWQ, SmoothQuant) into a compressed-tensors "
-      "checkpoint that vLLM loads");
+      "checkpoint that vLLM loads; --device cuda runs GPTQ's calibration forwards and column loop "
+      "on the GPU");
   cmd->add_option("model", o->model, "Model directory (config.json + safetensors)")->required();
   cmd->add_option("-o,--output", o->output, "Output directory (written as OUT.tmp, then renamed)")
       ->required();
@@ -156,6 +162,17 @@ void add_quantize_command(CLI::App& app, CommandList& commands) {
   cmd->add_option("--eval-windows", o->eval_windows, "Evaluate only the first N windows");
   cmd->add_flag("--json", o->json, "Print the report as JSON");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
+  cmd->add_option("--device", o->device.device,
+                  "Where GPTQ's calibration forwards (bf16 activations, as llm-compressor on a "
+                  "GPU) and column loop run: cpu, or cuda (GPU 0). SmoothQuant, AWQ, static "
+                  "activation scales and KV-cache scales run on the cpu only; round-to-nearest "
+                  "needs no calibration and always runs on the cpu")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--tensor-parallel-size,--tp", o->device.tensor_parallel_size,
+                  "GPUs to quantize on (1: more are not supported yet)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   add_threads_option(cmd, o->threads);
   commands.push_back({cmd, [o] { return run_quantize(*o); }});
 }

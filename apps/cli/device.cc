@@ -15,9 +15,12 @@
 #include "tokenizer/decode_stream.h"
 #include "tokenizer/tokenizer.h"
 
+#include "quant/pipeline/calibration_backend.h"
+
 #ifdef LOWBIT_CUDA_BACKEND
 #include "gpu/gpu_batch_runner.h"
 #include "gpu/gpu_model.h"
+#include "quant/gpu/calibration_cuda.h"
 #endif
 
 namespace lowbit::cli {
@@ -45,6 +48,18 @@ bool use_cuda(const DeviceOptions& options) {
                     "(configure with -DLOWBIT_CUDA=ON on a machine with nvcc)");
 #else
   return true;
+#endif
+}
+
+std::unique_ptr<quant::CalibrationBackend> make_calibration_backend(const DeviceOptions& options) {
+  LOWBIT_CHECK(options.tensor_parallel_size == 1,
+               "--tensor-parallel-size " + std::to_string(options.tensor_parallel_size) +
+                   ": lowbit quantize runs on one GPU (--device cuda uses GPU 0)");
+  if (!use_cuda(options)) return nullptr;
+#ifdef LOWBIT_CUDA_BACKEND
+  return quant::gpu::make_cuda_calibration_backend(/*device=*/0);
+#else
+  return nullptr;  // not reached: use_cuda throws in a build without the backend
 #endif
 }
 

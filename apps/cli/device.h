@@ -16,6 +16,9 @@
 
 namespace lowbit {
 class Tokenizer;
+namespace quant {
+class CalibrationBackend;
+}  // namespace quant
 namespace models {
 class Model;
 struct LoadOptions;
@@ -40,6 +43,11 @@ bool use_cuda(const DeviceOptions& options);
 // keep their canonical weights).
 std::unique_ptr<models::Model> load_model_on(const DeviceOptions& device, const std::string& dir,
                                              const models::LoadOptions& options);
+
+// `lowbit quantize --device cuda`: where GPTQ's calibration forwards and column loop run, on GPU 0
+// (null for the CPU). --tensor-parallel-size above 1 is an InvalidArgument: quantize runs on one
+// GPU.
+std::unique_ptr<quant::CalibrationBackend> make_calibration_backend(const DeviceOptions& options);
 
 // runtime::Generator::generate on the GPU: same stopping rules, sampling and streaming.
 runtime::GenerationResult generate_cuda(const models::Model& model, const Tokenizer* tokenizer,

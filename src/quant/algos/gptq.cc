@@ -17,6 +17,7 @@
 #include "lowbit/error.h"
 #include "lowbit/tensor.h"
 #include "quant/algos/cholesky.h"
+#include "quant/algos/gptq_setup.h"
 #include "quant/algos/observers.h"
 
 namespace lowbit::quant {
@@ -79,44 +80,10 @@ std::vector<float> HessianAccumulator::hessian() const {
 // ---------------------------------------------------------------------------------- GPTQ
 namespace {
 
-void check_inputs(const std::vector<float>& w, int64_t rows, int64_t cols,
-                  const std::vector<float>& h, const QuantArgs& args, const GptqOptions& o) {
-  LOWBIT_CHECK(rows > 0 && cols > 0, "gptq: weight shape must be positive");
-  LOWBIT_CHECK(w.size() == static_cast<size_t>(rows * cols),
-               "gptq: weight has " + std::to_string(w.size()) + " values, expected " +
-                   std::to_string(rows) + "x" + std::to_string(cols));
-  LOWBIT_CHECK(h.size() == static_cast<size_t>(cols * cols),
-               "gptq: Hessian has " + std::to_string(h.size()) + " values, expected " +
-                   std::to_string(cols) + "x" + std::to_string(cols));
-  LOWBIT_CHECK(std::all_of(h.begin(), h.end(), [](float v) { return std::isfinite(v); }),
-               "gptq: the Hessian holds NaN or Inf (calibration activations overflowed?)");
-  LOWBIT_CHECK(o.block_size > 0, "gptq: block_size must be positive");
-  LOWBIT_CHECK(std::isfinite(o.dampening_frac) && o.dampening_frac >= 0.0,
-               "gptq: dampening_frac must be a non-negative number");
-  LOWBIT_CHECK(o.max_damping_retries >= 0, "gptq: max_damping_retries must be >= 0");
-  LOWBIT_CHECK(!args.is_dynamic(), "gptq: weights cannot use dynamic quantization");
-  const Strategy s = args.strategy;
-  LOWBIT_CHECK(s == Strategy::Tensor || s == Strategy::Channel || s == Strategy::Group ||
-                   s == Strategy::TensorGroup || s == Strategy::Block,
-               "gptq: strategy " + to_string(s) + " is not supported for weights");
-}
-
-// apply_activation_ordering: argsort(diag(H), descending); ties keep index order (torch's argsort is
-// not stable, but tied columns only ever are dead ones, whose order changes nothing).
-std::vector<int64_t> activation_order(const std::vector<float>& h, int64_t n) {
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::stable_sort(perm.begin(), perm.end(),
-                   [&](int64_t a, int64_t b) { return h[a * n + a] > h[b * n + b]; });
-  return perm;
-}
-
 // H += frac·mean(diag H)·I in fp32 as torch does, then the factor in double; retries ×10.
 std::vector<float> factorize(const std::vector<float>& h, int64_t n, const GptqOptions& o,
                              GptqResult* result) {
-  double diag_sum = 0.0;
-  for (int64_t k = 0; k < n; ++k) diag_sum += h[k * n + k];
-  const float mean = static_cast<float>(diag_sum / static_cast<double>(n));
+  const float mean = mean_diagonal(h.data(), n, n + 1);
   std::vector<double> hd(h.begin(), h.end());
   std::vector<float> u;
   double frac = o.dampening_frac;
@@ -128,14 +95,9 @@ std::vector<float> factorize(const std::vector<float>& h, int64_t n, const GptqO
       result->dampening_used = frac;
       return u;
     }
-    if (attempt < o.max_damping_retries)
-      log_warn("gptq: Hessian not positive definite with dampening_frac " + std::to_string(frac) +
-               ", retrying with " + std::to_string(frac * 10.0));
+    if (attempt < o.max_damping_retries) warn_damping_retry(frac);
   }
-  throw Internal("gptq: Cholesky factorization failed even with dampening_frac " +
-                 std::to_string(frac / 10.0) + " after " + std::to_string(o.max_damping_retries) +
-                 " retries; the Hessian is far from positive definite (increase dampening_frac, "
-                 "use more or more varied calibration samples)");
+  throw_factorization_failed(frac / 10.0, o.max_damping_retries);
 }
 
 // Everything the column loop needs to quantize one element.
@@ -204,44 +166,22 @@ void lazy_update(float* w, int64_t rows, int64_t cols, int64_t i1, int64_t i2,
   }
 }
 
-std::vector<float> permute_columns(const std::vector<float>& w, int64_t rows, int64_t cols,
-                                   const std::vector<int64_t>& perm) {
-  std::vector<float> out(w.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < cols; ++k) out[r * cols + k] = w[r * cols + perm[k]];
-  return out;
-}
-
 }  // namespace
 
 GptqResult gptq_quantize(std::vector<float>& w, int64_t rows, int64_t cols, std::vector<float> h,
                          const QuantArgs& args, const GptqOptions& options, DType compute) {
-  check_inputs(w, rows, cols, h, args, options);
+  check_gptq_inputs(
+      w, rows, cols, h.size(),
+      [&] { return std::all_of(h.begin(), h.end(), [](float v) { return std::isfinite(v); }); },
+      args, options);
   GptqResult result;
-  ActOrder act = args.actorder;
-  if (act == ActOrder::Group && args.strategy != Strategy::Group &&
-      args.strategy != Strategy::TensorGroup) {
-    log_warn("gptq: actorder=group needs strategy group or tensor_group, got " +
-             to_string(args.strategy) + "; quantizing without activation ordering");
-    act = ActOrder::None;
-  }
+  const ActOrder act = gptq_actorder(args);
   std::vector<int64_t> perm;
-  if (act != ActOrder::None) perm = activation_order(h, cols);
+  if (act != ActOrder::None) perm = activation_order(hessian_diagonal(h, cols));
   std::vector<float> wp = perm.empty() ? w : permute_columns(w, rows, cols, perm);
-  std::vector<int32_t> col_group(static_cast<size_t>(cols));
-  if (act == ActOrder::Group) {
-    // Groups are consecutive in the permuted order; the observer sees the permuted weight.
-    result.qparams = observe_weight(wp.data(), rows, cols, args, compute, options.global_scale);
-    result.g_idx.resize(static_cast<size_t>(cols));
-    for (int64_t k = 0; k < cols; ++k) {
-      col_group[k] = static_cast<int32_t>(group_of_column(args, k));
-      result.g_idx[perm[k]] = col_group[k];
-    }
-  } else {
-    result.qparams = observe_weight(w.data(), rows, cols, args, compute, options.global_scale);
-    for (int64_t k = 0; k < cols; ++k)
-      col_group[k] = static_cast<int32_t>(group_of_column(args, perm.empty() ? k : perm[k]));
-  }
+  std::vector<int32_t> col_group;
+  fit_gptq_qparams(act == ActOrder::Group ? wp.data() : w.data(), rows, cols, act, perm, args,
+                   compute, options.global_scale, &result, &col_group);
   if (!perm.empty()) {
     std::vector<float> hp(h.size());
     for (int64_t i = 0; i < cols; ++i)

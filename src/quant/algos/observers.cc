@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <string>
 
@@ -232,9 +233,78 @@ float global_scale_of_range(const SlotRange& range, const QuantArgs& args, DType
   return nvfp4_global_scale(std::max(absmax, 0.0f), compute);
 }
 
+QParams observe_weight_minmax_rows(const float* w, int64_t rows, int64_t cols,
+                                   const QuantArgs& args, DType compute, float global_scale) {
+  const bool grouped = args.strategy == Strategy::Group || args.strategy == Strategy::TensorGroup;
+  const bool by_rows = args.strategy == Strategy::Channel ||
+                       (grouped && args.group_size > 0 && cols % args.group_size == 0);
+  // Tensor and block grids (and shapes observe_weight_minmax rejects) stay on its serial loop.
+  if (!by_rows || rows <= 0 || cols <= 0) {
+    return observe_weight_minmax(w, rows, cols, args, compute, global_scale);
+  }
+  const int64_t g = grouped ? args.group_size : cols;
+  const int64_t gc = cols / g;
+  std::vector<float> mins(static_cast<size_t>(rows * gc)), maxs(mins.size());
+  std::vector<float> row_absmax(static_cast<size_t>(rows));
+  // Each slot lies in one row and sees its values in column order, as in the serial loop, so its
+  // min / max (std::min / std::max keep the first of equal values: ±0 included) are the same bits.
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = w + i * cols;
+    float absmax = 0.0f;
+    for (int64_t c = 0; c < gc; ++c) {
+      float mn = kInf, mx = -kInf;
+      for (int64_t j = c * g; j < (c + 1) * g; ++j) {
+        mn = std::min(mn, row[j]);
+        mx = std::max(mx, row[j]);
+        absmax = std::max(absmax, std::fabs(row[j]));
+      }
+      mins[static_cast<size_t>(i * gc + c)] = mn;
+      maxs[static_cast<size_t>(i * gc + c)] = mx;
+    }
+    row_absmax[static_cast<size_t>(i)] = absmax;
+  }
+  if (args.strategy == Strategy::TensorGroup && global_scale <= 0.0f) {
+    // A max of non-negative values, NaN never kept (std::max(a, NaN) = a): any order gives it.
+    float absmax = 0.0f;
+    for (float a : row_absmax) absmax = std::max(absmax, a);
+    global_scale = nvfp4_global_scale(absmax, compute);
+  }
+  // calculate_qparams is per slot: row stripes of the grid give the same values side by side.
+  constexpr int64_t kStripe = 256;
+  const int64_t stripes = (rows + kStripe - 1) / kStripe;
+  std::vector<QParams> parts(static_cast<size_t>(stripes));
+  std::vector<std::exception_ptr> failed(parts.size());
+#pragma omp parallel for schedule(static) if (stripes > 1)
+  for (int64_t s = 0; s < stripes; ++s) {
+    const int64_t r0 = s * kStripe, r1 = std::min(rows, r0 + kStripe);
+    try {
+      parts[static_cast<size_t>(s)] = qparams_from_minmax(
+          std::vector<float>(mins.begin() + r0 * gc, mins.begin() + r1 * gc),
+          std::vector<float>(maxs.begin() + r0 * gc, maxs.begin() + r1 * gc), r1 - r0, gc, args,
+          compute, global_scale);
+    } catch (...) {
+      failed[static_cast<size_t>(s)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
+  QParams qp = std::move(parts[0]);
+  qp.grid_rows = rows;
+  for (size_t s = 1; s < parts.size(); ++s) {
+    qp.scale.insert(qp.scale.end(), parts[s].scale.begin(), parts[s].scale.end());
+    qp.zero_point.insert(qp.zero_point.end(), parts[s].zero_point.begin(),
+                         parts[s].zero_point.end());
+  }
+  return qp;
+}
+
 QParams observe_weight(const float* w, int64_t rows, int64_t cols, const QuantArgs& args,
                        DType compute, float global_scale) {
-  if (!observer_is_mse(args)) return observe_weight_minmax(w, rows, cols, args, compute, global_scale);
+  if (!observer_is_mse(args)) {
+    return observe_weight_minmax_rows(w, rows, cols, args, compute, global_scale);
+  }
   const SlotRange r = mse_weight_range(w, rows, cols, args, compute, MseOptions::from_args(args));
   if (global_scale <= 0.0f) global_scale = global_scale_of_range(r, args, compute);
   return qparams_from_minmax(r.min, r.max, r.grid_rows, r.grid_cols, args, compute, global_scale);

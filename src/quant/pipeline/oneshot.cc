@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "core/log.h"
@@ -10,6 +11,7 @@
 #include "eval/perplexity.h"
 #include "lowbit/error.h"
 #include "models/layer_runner.h"
+#include "quant/pipeline/calibration_backend.h"
 #include "quant/pipeline/module_plan.h"
 #include "quant/pipeline/output_writer.h"
 #include "quant/pipeline/progress.h"
@@ -113,6 +115,43 @@ void evaluate(const OneshotOptions& o, const models::Model& model, OneshotReport
   report.perplexity_tokens = r.scored_tokens;
 }
 
+// Writes each finished layer's resume state (its quantized weights: ~0.4 GB for an 8B layer,
+// fsynced) on a thread of its own while the next layer computes; one write in flight at a time,
+// in layer order, each marked done after it is written. A failed write is rethrown by the next
+// save() or by finish(). The writer reads only the finished layer's Linears (which the pipeline
+// no longer touches) and its own copy of the layer's outcome.
+class ResumeWriter {
+ public:
+  ResumeWriter(const ResumeStore& store, const ModulePlan& plan) : store_(store), plan_(plan) {}
+  ~ResumeWriter() {
+    if (pending_.valid()) pending_.wait();  // an error is already on its way out
+  }
+  ResumeWriter(const ResumeWriter&) = delete;
+  ResumeWriter& operator=(const ResumeWriter&) = delete;
+
+  void save(int layer, const QuantizeOutcome& outcome) {
+    finish();
+    QuantizeOutcome snapshot;
+    for (int index : plan_.of_layer(layer)) {
+      const auto it = outcome.modules.find(index);
+      if (it != outcome.modules.end()) snapshot.modules.emplace(index, it->second);
+    }
+    if (const auto kv = outcome.kv.find(layer); kv != outcome.kv.end()) snapshot.kv.insert(*kv);
+    pending_ = std::async(std::launch::async, [this, layer, s = std::move(snapshot)] {
+      store_.save_layer(layer, plan_, s);
+      store_.mark_done(layer + 1);
+    });
+  }
+  void finish() {
+    if (pending_.valid()) pending_.get();
+  }
+
+ private:
+  const ResumeStore& store_;
+  const ModulePlan& plan_;
+  std::future<void> pending_;
+};
+
 }  // namespace
 
 OneshotReport run_oneshot(const OneshotOptions& o) {
@@ -137,6 +176,14 @@ OneshotReport run_oneshot(const OneshotOptions& o) {
     if (std::holds_alternative<QuantizeStep>(s)) continue;
     check_smoothable(*model);  // SmoothQuant and AWQ fold scales into the norms
     needs_data = true;
+  }
+  // The backend does the calibrated work; data-free round-to-nearest never needs one.
+  CalibrationBackend* backend = needs_data ? o.backend : nullptr;
+  if (backend != nullptr) {
+    const std::string why = backend->unsupported(*model, o.plan);
+    if (!why.empty()) throw Unsupported("--device " + backend->name() + ": " + why);
+  } else if (o.backend != nullptr) {
+    log_info("round-to-nearest without calibration data: quantizing on the CPU");
   }
   CalibrationSet samples;
   if (needs_data) {
@@ -179,11 +226,32 @@ OneshotReport run_oneshot(const OneshotOptions& o) {
   }
 
   QuantizeOutcome outcome;
-  const QuantizeContext ctx{model.get(), &plan, &quantize, compute};
+  const QuantizeContext ctx{model.get(), &plan, &quantize, compute, backend};
   progress.start(quantize.gptq ? "GPTQ" : "quantize", layers);
-  if (needs_calibration(quantize)) {
+  if (backend != nullptr) {
+    log_info("calibration forwards and GPTQ on " + backend->name());
+    backend->begin(*model, samples);
+    ResumeWriter writer(store, plan);
+    for (int l = 0; l < layers; ++l) {
+      if (l < resumable) {
+        store.load_layer(l, plan, outcome);
+        for (int index : plan.of_layer(l)) {
+          if (outcome.modules.count(index) != 0) enable_input_quantization(ctx, index, outcome.modules.at(index));
+        }
+        backend->propagate(l);
+        ++report.resumed_layers;
+      } else {
+        quantize_layer_on(ctx, l, outcome);
+        writer.save(l, outcome);
+      }
+      progress.layer_done(l);
+    }
+    writer.finish();
+    outcome.forward_seconds = backend->forward_seconds();
+    outcome.hessian_seconds = backend->hessian_seconds();
+  } else if (needs_calibration(quantize)) {
     ActivationCache cache = embed_samples(runner, samples, model->config().hidden_size);
-    log_info("calibration cache: " + std::to_string(cache.bytes() >> 20) + " MiB for " +
+    log_info("calibration on the CPU: cache " + std::to_string(cache.bytes() >> 20) + " MiB for " +
              std::to_string(cache.tokens()) + " tokens");
     for (int l = 0; l < layers; ++l) {
       if (l < resumable) {

@@ -19,6 +19,8 @@
 
 namespace lowbit::quant {
 
+class CalibrationBackend;  // quant/pipeline/calibration_backend.h
+
 struct OneshotOptions {
   std::string model_dir;
   std::string output_dir;
@@ -33,6 +35,10 @@ struct OneshotOptions {
   int64_t eval_ctx = 512;
   int64_t eval_windows = 0;  // 0: all
   bool progress = true;      // the progress bar on stderr
+  // Where GPTQ's calibration forwards and column loop run (not owned): null, the CPU; else the
+  // backend (`--device cuda`), which refuses (Unsupported, before any work) the plans and models
+  // it cannot run. Data-free round-to-nearest never needs it and stays on the CPU.
+  CalibrationBackend* backend = nullptr;
 };
 
 struct OneshotReport {

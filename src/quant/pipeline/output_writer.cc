@@ -1,5 +1,6 @@
 #include "quant/pipeline/output_writer.h"
 
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,8 +47,38 @@ void write_text(const fs::path& p, const std::string& text) {
   if (!out) throw IoError(p.string() + ": cannot write");
 }
 
-void add_linear(const OutputRequest& r, int index, std::map<std::string, Tensor>& out) {
-  for (NamedTensor& t : compress_module(r, index)) out[t.name] = std::move(t.tensor);
+// compress_module of every quantized Linear, side by side: each module's work (quantize, pack) is
+// independent and reads only its own Linear and qparams, so the bytes are those of the serial
+// loop. An 8B model is ~7e9 weights at ~15 ns each on one core (~100 s); on 16 cores ~8 s. The
+// first failure in plan order is rethrown, as the serial loop would have.
+std::map<int, std::vector<NamedTensor>> compress_all(const OutputRequest& r,
+                                                     const std::vector<int>& indices) {
+  std::vector<std::vector<NamedTensor>> done(indices.size());
+  std::vector<std::exception_ptr> failed(indices.size());
+  const auto n = static_cast<int64_t>(indices.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k = 0; k < n; ++k) {
+    try {
+      done[static_cast<size_t>(k)] = compress_module(r, indices[static_cast<size_t>(k)]);
+    } catch (...) {
+      failed[static_cast<size_t>(k)] = std::current_exception();
+    }
+  }
+  std::map<int, std::vector<NamedTensor>> out;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (failed[k]) std::rethrow_exception(failed[k]);
+    out[indices[k]] = std::move(done[k]);
+  }
+  return out;
+}
+
+void add_linear(const OutputRequest& r, int index,
+                std::map<int, std::vector<NamedTensor>>& compressed,
+                std::map<std::string, Tensor>& out) {
+  auto it = compressed.find(index);
+  std::vector<NamedTensor> tensors =
+      it != compressed.end() ? std::move(it->second) : compress_module(r, index);
+  for (NamedTensor& t : tensors) out[t.name] = std::move(t.tensor);
 }
 
 std::map<std::string, Tensor> collect_tensors(const OutputRequest& r) {
@@ -57,6 +88,15 @@ std::map<std::string, Tensor> collect_tensors(const OutputRequest& r) {
   const float offset = model.spec().norm_weight_offset;
   std::map<std::string, int> linear_of;  // "<module>.weight" / ".bias" → plan index
   for (size_t i = 0; i < r.plan->linears.size(); ++i) linear_of[r.plan->linears[i].name] = static_cast<int>(i);
+  std::vector<int> quantized;  // the Linears whose checkpoint weight gets compressed, in order
+  for (const std::string& name : ckpt.names()) {
+    const size_t dot = name.rfind('.');
+    const auto it = linear_of.find(name.substr(0, dot));
+    if (it != linear_of.end() && name.substr(dot + 1) == "weight" &&
+        r.plan->linears[static_cast<size_t>(it->second)].group >= 0)
+      quantized.push_back(it->second);
+  }
+  std::map<int, std::vector<NamedTensor>> compressed = compress_all(r, quantized);
   std::map<std::string, Tensor> out;
   for (const std::string& name : ckpt.names()) {
     const size_t dot = name.rfind('.');
@@ -69,7 +109,7 @@ std::map<std::string, Tensor> collect_tensors(const OutputRequest& r) {
         out[name] = vector_tensor(p.linear->bias, {static_cast<int64_t>(p.linear->bias.size())},
                                   ckpt.get(name).dtype());
       } else if (p.group >= 0) {
-        add_linear(r, it->second, out);
+        add_linear(r, it->second, compressed, out);
       } else {
         out[name] = p.linear->weight;  // unquantized, possibly smoothed
       }

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "lowbit/error.h"
 #include "quant/algos/observers.h"
+#include "quant/pipeline/calibration_backend.h"
 
 namespace lowbit::quant {
 
@@ -106,18 +107,21 @@ std::map<int, float> global_scales(const QuantizeContext& ctx, int layer) {
   return out;
 }
 
-void quantize_weight(const QuantizeContext& ctx, int index, const std::vector<float>* hessian,
-                     float global_scale, QuantizedModule& out) {
+// GPTQ of one Linear in place (its weight replaced by the fake-quantized one, rounded to the
+// compute dtype) given its Hessian's source input: on the CPU accumulators or the backend.
+using GptqFn = std::function<GptqResult(models::Linear& linear, LinearRole source,
+                                        const QuantArgs& args, const GptqOptions& options)>;
+
+// gptq null: round-to-nearest.
+void quantize_weight(const QuantizeContext& ctx, int index, const GptqFn* gptq, float global_scale,
+                     QuantizedModule& out) {
   PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
   const QuantArgs& args = *scheme_of(ctx, p).weights;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<float> w = weight_to_f32(*p.linear);
-  const int64_t rows = p.linear->out_features();
-  const int64_t cols = p.linear->in_features();
-  if (hessian != nullptr) {
+  if (gptq != nullptr) {
     GptqOptions options = ctx.step->gptq_options;
     options.global_scale = global_scale;
-    GptqResult r = gptq_quantize(w, rows, cols, *hessian, args, options, ctx.compute);
+    GptqResult r = (*gptq)(*p.linear, hessian_source(p.role), args, options);
     out.qparams = std::move(r.qparams);
     out.g_idx = std::move(r.g_idx);
     out.loss = r.loss;
@@ -128,12 +132,47 @@ void quantize_weight(const QuantizeContext& ctx, int index, const std::vector<fl
                " retries");
     }
   } else {
+    std::vector<float> w = weight_to_f32(*p.linear);
+    const int64_t rows = p.linear->out_features();
+    const int64_t cols = p.linear->in_features();
     out.original = p.linear->weight;
     out.qparams = observe_weight(w.data(), rows, cols, args, ctx.compute, global_scale);
     fake_quantize(w.data(), rows, cols, out.qparams, args, ctx.compute);
+    set_weight(*p.linear, w, ctx.compute);
   }
-  set_weight(*p.linear, w, ctx.compute);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Quantizes every targeted module of `layer` (GPTQ through `gptq`, or round-to-nearest when it
+// is null), logs each, and puts its input quantization on its Linear.
+void quantize_modules(const QuantizeContext& ctx, int layer, const GptqFn* gptq,
+                      const std::map<int, RangeTracker>& ranges, QuantizeOutcome& outcome) {
+  const std::vector<int> indices = ctx.plan->of_layer(layer);
+  const models::ModelConfig& config = ctx.model->config();
+  const std::map<int, float> scales = global_scales(ctx, layer);
+  int done = 0;
+  for (int index : indices) {
+    const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
+    if (p.group < 0) continue;
+    QuantizedModule m;
+    quantize_weight(ctx, index, gptq, scales.at(index), m);
+    if (ranges.count(index) != 0) {
+      const RangeTracker& r = ranges.at(index);
+      m.input_scale = qparams_from_minmax({r.min}, {r.max}, 1, 1,
+                                          *scheme_of(ctx, p).input_activations, ctx.compute)
+                          .scale[0];
+    }
+    ++done;
+    char line[96];
+    std::snprintf(line, sizeof line, "[layer %d/%lld, module %d/%zu] ", layer + 1,
+                  static_cast<long long>(config.num_layers), done, indices.size());
+    log_info(line + p.name + ": " +
+             (ctx.step->gptq ? "GPTQ error " + std::to_string(m.loss) : std::string("RTN")) + ", " +
+             std::to_string(m.seconds) + " s");
+    enable_input_quantization(ctx, index, m);
+    outcome.algorithm_seconds += m.seconds;
+    outcome.modules[index] = std::move(m);
+  }
 }
 
 }  // namespace
@@ -220,32 +259,15 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
   }
   outcome.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const std::map<int, float> scales = global_scales(ctx, layer);
-  int done = 0;
-  for (int index : indices) {
-    const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
-    if (p.group < 0) continue;
-    QuantizedModule m;
-    std::vector<float> h;
-    if (ctx.step->gptq) h = hessians.at(hessian_source(p.role))->hessian();
-    quantize_weight(ctx, index, ctx.step->gptq ? &h : nullptr, scales.at(index), m);
-    if (ranges.count(index) != 0) {
-      const RangeTracker& r = ranges.at(index);
-      m.input_scale = qparams_from_minmax({r.min}, {r.max}, 1, 1,
-                                          *scheme_of(ctx, p).input_activations, ctx.compute)
-                          .scale[0];
-    }
-    ++done;
-    char line[96];
-    std::snprintf(line, sizeof line, "[layer %d/%lld, module %d/%zu] ", layer + 1,
-                  static_cast<long long>(config.num_layers), done, indices.size());
-    log_info(line + p.name + ": " +
-             (ctx.step->gptq ? "GPTQ error " + std::to_string(m.loss) : std::string("RTN")) + ", " +
-             std::to_string(m.seconds) + " s");
-    enable_input_quantization(ctx, index, m);
-    outcome.algorithm_seconds += m.seconds;
-    outcome.modules[index] = std::move(m);
-  }
+  const GptqFn on_cpu = [&](models::Linear& linear, LinearRole source, const QuantArgs& args,
+                           const GptqOptions& options) {
+    std::vector<float> w = weight_to_f32(linear);
+    GptqResult r = gptq_quantize(w, linear.out_features(), linear.in_features(),
+                                 hessians.at(source)->hessian(), args, options, ctx.compute);
+    set_weight(linear, w, ctx.compute);
+    return r;
+  };
+  quantize_modules(ctx, layer, ctx.step->gptq ? &on_cpu : nullptr, ranges, outcome);
   if (kv_args) {
     outcome.kv[layer] = KvScales{kv_scale(k_absmax, *kv_args, ctx.compute),
                                  kv_scale(v_absmax, *kv_args, ctx.compute)};
@@ -253,6 +275,29 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
   t0 = std::chrono::steady_clock::now();
   run_layer_over_cache(runner, weights, cache, true);
   outcome.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void quantize_layer_on(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome) {
+  CalibrationBackend& backend = *ctx.backend;
+  LOWBIT_CHECK_AS(Internal, ctx.step->gptq && !ctx.step->kv_cache_scheme,
+                  "quantize_layer_on: the backend runs GPTQ steps without KV-cache scales only");
+  std::vector<LinearRole> inputs;  // the Hessians this layer's modules need, in model order
+  for (int index : ctx.plan->of_layer(layer)) {
+    const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
+    LOWBIT_CHECK_AS(Internal, p.group < 0 || !static_inputs(scheme_of(ctx, p)),
+                    "quantize_layer_on: " + p.name + " has static input activations");
+    const LinearRole source = hessian_source(p.role);
+    if (p.group >= 0 && std::find(inputs.begin(), inputs.end(), source) == inputs.end()) {
+      inputs.push_back(source);
+    }
+  }
+  if (!inputs.empty()) backend.calibrate(layer, inputs);  // else nothing of this layer is quantized
+  const GptqFn on_backend = [&](models::Linear& linear, LinearRole source, const QuantArgs& args,
+                                const GptqOptions& options) {
+    return backend.gptq_linear(linear, source, args, options, ctx.compute);
+  };
+  quantize_modules(ctx, layer, &on_backend, {}, outcome);
+  backend.propagate(layer);
 }
 
 void quantize_layer_rtn(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome) {

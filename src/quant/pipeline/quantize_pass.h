@@ -55,11 +55,15 @@ struct QuantizeOutcome {
 // Per-layer progress callback: layer index, modules done in that layer.
 using LayerDone = std::function<void(int layer, const QuantizeOutcome& outcome)>;
 
+class CalibrationBackend;  // quant/pipeline/calibration_backend.h
+
 struct QuantizeContext {
   models::Model* model;
   ModulePlan* plan;
   const QuantizeStep* step;
   DType compute;  // the model's float dtype: torch does the quantization math in it
+  // Non-null: the calibration forwards and GPTQ of quantize_layer_on run there.
+  CalibrationBackend* backend;
 };
 
 // True when the step needs calibration data (GPTQ, static activations, KV-cache scales).
@@ -68,6 +72,12 @@ bool needs_calibration(const QuantizeStep& step);
 // Quantizes decoder layer `layer` with the cached states (calibrating, then propagating them).
 void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& runner,
                     ActivationCache& cache, QuantizeOutcome& outcome);
+
+// quantize_layer with ctx.backend doing the work: calibrate (the Hessians the layer's GPTQ
+// modules need) → GPTQ of each module through the backend → input quantization → propagate. The
+// backend has accepted the plan (CalibrationBackend::unsupported): GPTQ steps without static
+// activation ranges or KV-cache scales.
+void quantize_layer_on(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome);
 
 // Data-free round-to-nearest of the modules of `layer` (-1: lm_head), weights only.
 void quantize_layer_rtn(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome);
