@@ -63,6 +63,11 @@ Server::Server(const models::Model& model, const Tokenizer* tokenizer, ServerOpt
   http.set_read_timeout(std::chrono::duration<double>(s.options.read_timeout_seconds));
   http.set_write_timeout(std::chrono::duration<double>(s.options.write_timeout_seconds));
   http.set_keep_alive_max_count(1000);
+  // Clients keep an idle connection for reuse about 5 s (httpx, hence the openai SDK); a server
+  // that closes idle connections after the same 5 s (cpp-httplib's default) races with a client
+  // that reuses one just then, and that request fails with a connection reset. Closing later than
+  // the clients do leaves the choice to them. An idle connection holds a pool thread meanwhile.
+  http.set_keep_alive_timeout(15);
   // One small write per token: without TCP_NODELAY, Nagle's algorithm holds each chunk until the
   // client's delayed ACK (up to ~200 ms per token on Linux).
   http.set_tcp_nodelay(true);
