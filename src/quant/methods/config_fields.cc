@@ -1,5 +1,7 @@
 #include "quant/methods/config_fields.h"
 
+#include <regex>
+
 #include "lowbit/error.h"
 #include "lowbit/quant_method.h"
 
@@ -61,6 +63,21 @@ std::vector<std::string> string_list_field(const nlohmann::json& j,
     out.push_back(e.get<std::string>());
   }
   return out;
+}
+
+bool glob_match(const std::string& pattern, const std::string& name) {
+  std::string re;
+  for (char ch : pattern) {
+    if (ch == '*') {
+      re += ".*";
+    } else if (ch == '?') {
+      re += '.';
+    } else {
+      if (std::string("\\^$.|+()[]{}").find(ch) != std::string::npos) re += '\\';
+      re += ch;
+    }
+  }
+  return std::regex_match(name, std::regex(re));
 }
 
 }  // namespace lowbit::quant

@@ -22,4 +22,8 @@ std::vector<std::string> string_list_field(const nlohmann::json& j,
                                            const std::vector<std::string>& keys,
                                            const std::string& where);
 
+// Shell-style (fnmatch) match of a module name, as ModelOpt's and Quark's exclude / layer lists
+// are written: `*` any run of characters, `?` one character, everything else literal.
+bool glob_match(const std::string& pattern, const std::string& name);
+
 }  // namespace lowbit::quant

@@ -17,7 +17,6 @@
 // ignore / exclude_modules entries: an exact module name, a prefix of it ("model.layers.0"), or an
 // fnmatch pattern with '*' ("*mlp.gate"), as vLLM's ModelOpt config matches them.
 #include <cmath>
-#include <regex>
 
 #include "core/float_convert.h"
 #include "lowbit/error.h"
@@ -121,23 +120,6 @@ class ModelOptNvfp4Linear : public KernelLinear {
  private:
   int64_t group_;
 };
-
-bool glob_match(const std::string& pattern, const std::string& name) {
-  std::string re;
-  for (char ch : pattern) {
-    if (ch == '*') {
-      re += ".*";
-    } else if (ch == '?') {
-      re += '.';
-    } else if (std::string("\\^$.|+()[]{}").find(ch) != std::string::npos) {
-      re += '\\';
-      re += ch;
-    } else {
-      re += ch;
-    }
-  }
-  return std::regex_match(name, std::regex(re));
-}
 
 class ModelOptConfig : public QuantizationConfig {
  public:

@@ -213,19 +213,7 @@ class QuarkLinear : public KernelLinear {
 
 bool pattern_match(const std::string& pattern, const std::string& name) {
   if (pattern.rfind("re:", 0) == 0) return std::regex_match(name, std::regex(pattern.substr(3)));
-  if (pattern.find_first_of("*?") == std::string::npos) return pattern == name;
-  std::string re;
-  for (char ch : pattern) {
-    if (ch == '*') {
-      re += ".*";
-    } else if (ch == '?') {
-      re += '.';
-    } else {
-      if (std::string("\\^$.|+()[]{}").find(ch) != std::string::npos) re += '\\';
-      re += ch;
-    }
-  }
-  return std::regex_match(name, std::regex(re));
+  return glob_match(pattern, name);
 }
 
 class QuarkConfig : public QuantizationConfig {
