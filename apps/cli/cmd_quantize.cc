@@ -164,13 +164,14 @@ void add_quantize_command(CLI::App& app, CommandList& commands) {
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
   cmd->add_option("--device", o->device.device,
                   "Where GPTQ's calibration forwards (bf16 activations, as llm-compressor on a "
-                  "GPU) and column loop run: cpu, or cuda (GPU 0). SmoothQuant, AWQ, static "
-                  "activation scales and KV-cache scales run on the cpu only; round-to-nearest "
-                  "needs no calibration and always runs on the cpu")
+                  "GPU) and column loop run: cpu, or cuda (GPU 0; --tp for more). SmoothQuant, "
+                  "AWQ, static activation scales and KV-cache scales run on the cpu only; "
+                  "round-to-nearest needs no calibration and always runs on the cpu")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--tensor-parallel-size,--tp", o->device.tensor_parallel_size,
-                  "GPUs to quantize on (1: more are not supported yet)")
+                  "With --device cuda: calibrate on GPUs 0..N-1 at once, each over its share of "
+                  "the samples (data parallel; Hessians summed, GPTQ on GPU 0)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   add_threads_option(cmd, o->threads);

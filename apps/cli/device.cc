@@ -20,7 +20,7 @@
 #ifdef LOWBIT_CUDA_BACKEND
 #include "gpu/gpu_batch_runner.h"
 #include "gpu/gpu_model.h"
-#include "quant/gpu/calibration_cuda.h"
+#include "quant/gpu/multi_gpu_calibration.h"
 #endif
 
 namespace lowbit::cli {
@@ -52,12 +52,13 @@ bool use_cuda(const DeviceOptions& options) {
 }
 
 std::unique_ptr<quant::CalibrationBackend> make_calibration_backend(const DeviceOptions& options) {
-  LOWBIT_CHECK(options.tensor_parallel_size == 1,
+  LOWBIT_CHECK(options.device == "cuda" || options.tensor_parallel_size == 1,
                "--tensor-parallel-size " + std::to_string(options.tensor_parallel_size) +
-                   ": lowbit quantize runs on one GPU (--device cuda uses GPU 0)");
+                   " quantizes on several GPUs: add --device cuda");
   if (!use_cuda(options)) return nullptr;
 #ifdef LOWBIT_CUDA_BACKEND
-  return quant::gpu::make_cuda_calibration_backend(/*device=*/0);
+  // GPU 0 alone, or data-parallel calibration over GPUs 0 .. N-1.
+  return quant::gpu::make_multi_gpu_calibration_backend(options.tensor_parallel_size);
 #else
   return nullptr;  // not reached: use_cuda throws in a build without the backend
 #endif

@@ -45,8 +45,9 @@ std::unique_ptr<models::Model> load_model_on(const DeviceOptions& device, const 
                                              const models::LoadOptions& options);
 
 // `lowbit quantize --device cuda`: where GPTQ's calibration forwards and column loop run, on GPU 0
-// (null for the CPU). --tensor-parallel-size above 1 is an InvalidArgument: quantize runs on one
-// GPU.
+// (null for the CPU); with --tensor-parallel-size N > 1, data-parallel calibration over GPUs
+// 0 .. N-1 (quant/gpu/multi_gpu_calibration.h). N > 1 without --device cuda, or more GPUs than are
+// visible, is an InvalidArgument.
 std::unique_ptr<quant::CalibrationBackend> make_calibration_backend(const DeviceOptions& options);
 
 // runtime::Generator::generate on the GPU: same stopping rules, sampling and streaming.

@@ -10,6 +10,8 @@
 // Prediction (H200: ~4.25 TB/s copy, ~790 TFLOP/s bf16 measured; FP8/INT8 dense spec 1979):
 //   m = 1, 16: weight streaming. gate_up 28672x4096: 117 MB fp8 → ~28 µs at 4.25 TB/s vs ~55 µs
 //     bf16: ~2x. Small layers (o: 17 MB) sit at launch/latency floors (~10-20 µs) on both.
+//   m = 1, 8 on the GEMV path (gemv_fp8.cu, like gemv_bf16 at 76-85% of HBM): gate_up ~29 µs,
+//     down ~15 µs, qkv ~7 µs, o ~5 µs plus ~2 µs of activation quantization before it.
 //   m = 128: still mostly bandwidth (intensity 2·128 = 256 FLOP/B for fp8, crossing ~470 FLOP/B
 //     ridge only near m = 256): ~1.5-2x over bf16.
 //   m = 1024, 4096: compute bound; cuBLASLt FP8 reached ~1300 TFLOP/s on this machine through
@@ -212,7 +214,7 @@ int main() {
   }
   const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096},
                           {"down", 4096, 14336}};
-  const int64_t ms[] = {1, 16, 128, 1024, 4096};
+  const int64_t ms[] = {1, 8, 16, 128, 1024, 2048, 4096};
   const int64_t max_m = 4096;
   cudaStream_t stream;
   LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -251,6 +253,7 @@ int main() {
     const Variant variants[] = {
         {"fp8 channel x token", true, fp8c.data(), token, W8a8Path::AUTO},
         {"fp8 ch x tok (epi)", true, fp8c.data(), token, W8a8Path::LT_EPILOGUE},
+        {"fp8 ch x tok (gemv)", true, fp8c.data(), token, W8a8Path::GEMV},
         {"fp8 block x group128", true, fp8b.data(), group, W8a8Path::AUTO},
         {"int8 channel x token", false, int8c.data(), token, W8a8Path::AUTO},
     };

@@ -15,7 +15,9 @@
 #
 # Usage (repository root, after building lowbit with the CUDA backend):
 #   bench/gpu/quantize_8b.sh [LOWBIT] [SAMPLES] [SEQ_LEN]     (defaults build/bin/lowbit 512 2048)
-# SYNTH_DIR / OUT_DIR override where the synthetic model (16 GB) and the output (~5.5 GB) go.
+# SYNTH_DIR / OUT_DIR override where the synthetic model (16 GB) and the output (~5.5 GB) go;
+# QUANTIZE_FLAGS adds flags (e.g. "--tp 2": data-parallel calibration on GPUs 0 and 1; the
+# per-layer sums below then add every GPU's line).
 set -euo pipefail
 lowbit=${1:-build/bin/lowbit}
 samples=${2:-512}
@@ -42,7 +44,7 @@ PY
 log=${out}.log
 report=$("$lowbit" quantize "$model" -o "$out" --overwrite --scheme W4A16 --algo gptq \
   --calibration-ids "$ids" --num-samples "$samples" --seq-len "$seq" --device cuda \
-  --no-progress --json 2> >(tee "$log" >&2) | tail -1)
+  --no-progress --json ${QUANTIZE_FLAGS:-} 2> >(tee "$log" >&2) | tail -1)
 echo "$report"
 # The backend's one line per layer ("layer N on cuda: uploads ... propagate ..."), summed.
 python3 - "$log" <<'PY'
@@ -60,12 +62,14 @@ for line in open(sys.argv[1], errors="replace"):
 if n:
     print(f"{n} layers, summed: " + ", ".join(f"{k} {v:.1f} s" for k, v in sums.items()))
 PY
-python3 - "$report" <<'PY'
-import json, sys
+python3 - "$report" "${QUANTIZE_FLAGS:-}" <<'PY'
+import json, re, sys
 r = json.loads(sys.argv[1])
+tp = re.search(r"--(?:tp|tensor-parallel-size)[ =]([0-9]+)", sys.argv[2])
+gpus = "one GPU" if not tp or tp.group(1) == "1" else f"{tp.group(1)} GPUs"
 t = r["seconds"]
 print(f"GPTQ W4A16 g128, Llama-3.1-8B shape, {r['calibration_samples']} x "
-      f"{r['calibration_tokens'] // max(r['calibration_samples'], 1)} tokens on one GPU: "
+      f"{r['calibration_tokens'] // max(r['calibration_samples'], 1)} tokens on {gpus}: "
       f"total {t:.0f} s (layer forwards {r['seconds_forward']:.0f} s, of which Hessians "
       f"{r['seconds_hessian']:.0f} s; GPTQ {r['seconds_algorithm']:.0f} s; writing "
       f"{r['seconds_writing']:.0f} s; loading and the rest "

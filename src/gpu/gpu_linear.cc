@@ -154,6 +154,55 @@ GpuLinear GpuLinear::fused_dense(const std::vector<const models::Linear*>& parts
   return g;
 }
 
+std::optional<GpuLinear> GpuLinear::fused_fp8(const std::vector<const models::Linear*>& parts,
+                                              const std::vector<Split>& splits, int rank,
+                                              const std::string& name) {
+  LOWBIT_CHECK_AS(Internal, parts.size() == splits.size(), "fused_fp8: one split per part");
+  const int64_t k = parts.front()->in_features();
+  std::optional<kc::Fp8Activations> act;
+  kernels::Fp8Weights fused;
+  fused.cols = k;
+  fused.block_rows = 1;
+  fused.block_cols = k;
+  std::vector<uint16_t> bias;
+  bool any_bias = false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const models::Linear& p = *parts[i];
+    const auto* method = dynamic_cast<const quant::KernelLinear*>(p.method.get());
+    if (method == nullptr || method->fp8_weights() == nullptr || !method->input_quant() ||
+        p.in_features() != k || splits[i].dim == Split::Dim::COLS) {
+      return std::nullopt;
+    }
+    kc::Fp8Activations a;
+    if (!fp8_activations(*method->input_quant(), k, a) || a.scheme == kc::Fp8ActScheme::PER_GROUP) {
+      return std::nullopt;
+    }
+    const bool same = !act || (act->scheme == a.scheme &&
+                               (a.scheme != kc::Fp8ActScheme::PER_TENSOR_STATIC ||
+                                act->static_scale == a.static_scale));
+    if (!same) return std::nullopt;
+    act = a;
+    const kernels::Fp8Weights& whole = *method->fp8_weights();
+    if (whole.block_cols < whole.cols) return std::nullopt;  // scales vary along k
+    const kernels::Fp8Weights part = slice_fp8_weights(whole, splits[i], name);
+    fused.codes.insert(fused.codes.end(), part.codes.begin(), part.codes.end());
+    for (int64_t r = 0; r < part.rows; ++r) fused.scales.push_back(part.scale(r, 0));
+    fused.rows += part.rows;
+    const std::vector<float> b = slice_bias(p.bias, splits[i], rank);
+    any_bias = any_bias || !b.empty();
+    const std::vector<uint16_t> bits = bias_bits(b, part.rows);
+    bias.insert(bias.end(), bits.begin(), bits.end());
+  }
+  GpuLinear g;
+  g.kind_ = Kind::W8A8_FP8;
+  g.n_ = fused.rows;
+  g.k_ = k;
+  g.fp8_act_ = *act;
+  g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(kc::pack_fp8_for_gpu(fused));
+  if (any_bias) g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias));
+  return g;
+}
+
 GpuLinear GpuLinear::random_dense(int64_t n, int64_t k, uint64_t seed) {
   GpuLinear g;
   g.n_ = n;
@@ -365,9 +414,14 @@ void GpuLinear::run(kc::BlasLt& blas, const uint16_t* x, int64_t m, uint16_t* y,
     case Kind::WNA16:
       kc::wna16_gemm(x, m, *wna16_, y, workspace, workspace_bytes, stream, bias);
       return;
-    case Kind::W8A8_FP8:
-      kc::w8a8_gemm(*w8a8_, x, m, fp8_act_, bias, y, workspace, workspace_bytes, stream);
+    case Kind::W8A8_FP8: {
+      // Decode steps on the streaming FP8 GEMV (not with LOWBIT_GPU_GEMV=0), else cuBLASLt.
+      const bool gemv = m <= kGemvMaxRows && gemv_kernels_enabled() &&
+                        kc::w8a8_gemv_applies(*w8a8_, m, fp8_act_);
+      kc::w8a8_gemm(*w8a8_, x, m, fp8_act_, bias, y, workspace, workspace_bytes, stream,
+                    gemv ? kc::W8a8Path::GEMV : kc::W8a8Path::AUTO);
       return;
+    }
     case Kind::W8A8_INT:
       kc::w8a8_gemm(*w8a8_, x, m, int8_act_, bias, y, workspace, workspace_bytes, stream);
       return;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,14 @@ class GpuLinear {
   // Biases: all parts or none have one (absent → zeros).
   static GpuLinear fused_dense(const std::vector<const models::Linear*>& parts,
                                const std::vector<Split>& splits, const std::string& name);
+  // Row-wise concatenation of FP8 W8A8 layers that quantize their shared input the same way
+  // (dynamic schemes, or equal static scales) and scale their weights per tensor or per channel:
+  // each part's scales become per-row scales of the fused layer, so the products are those of
+  // the parts, in one GEMV / GEMM and one activation quantization instead of one per part.
+  // nullopt when the parts do not qualify (then run them one by one).
+  static std::optional<GpuLinear> fused_fp8(const std::vector<const models::Linear*>& parts,
+                                            const std::vector<Split>& splits, int rank,
+                                            const std::string& name);
   // One layer (its `split`) on the kernel its weights call for. `rank` decides who adds the bias
   // of a column split (rank 0). `name` ("layers.3.self_attn.q_proj") and `method_name` (the
   // checkpoint's quantization) appear in Unsupported messages.

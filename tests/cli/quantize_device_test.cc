@@ -60,13 +60,34 @@ TEST(QuantizeDeviceCliTest, WhatTheGpuCannotRunIsRefusedBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << r.output;
 }
 
-TEST(QuantizeDeviceCliTest, MoreThanOneGpuIsRefused) {
-  const fs::path out = scratch_out("tp2");
-  for (const std::string device : {"cpu", "cuda"}) {
-    const CliResult r = run_lowbit(gptq_args(out, "W4A16") + " --device " + device + " --tp 2");
-    EXPECT_EQ(r.exit_code, 2) << device << ": " << r.output;
-    EXPECT_NE(r.output.find("runs on one GPU"), std::string::npos) << device << ": " << r.output;
-    EXPECT_FALSE(fs::exists(out)) << device << ": " << r.output;
+TEST(QuantizeDeviceCliTest, SeveralGpusNeedCudaAndThatManyGpus) {
+  // --tp above 1 splits the calibration over GPUs: on the cpu it is refused, naming the fix.
+  const fs::path cpu_out = scratch_out("tp2-cpu");
+  const CliResult cpu = run_lowbit(gptq_args(cpu_out, "W4A16") + " --device cpu --tp 2");
+  EXPECT_EQ(cpu.exit_code, 2) << cpu.output;
+  EXPECT_NE(cpu.output.find("add --device cuda"), std::string::npos) << cpu.output;
+  EXPECT_FALSE(fs::exists(cpu_out)) << cpu.output;
+  // More GPUs than any machine here has: refused saying how many are visible (or that there is
+  // no GPU / no CUDA backend at all), before anything is written.
+  const fs::path many_out = scratch_out("tp64");
+  const CliResult many = run_lowbit(gptq_args(many_out, "W4A16") + " --device cuda --tp 64");
+  EXPECT_EQ(many.exit_code, 2) << many.output;
+  const bool says_count =
+      many.output.find("--tensor-parallel-size 64: only") != std::string::npos &&
+      many.output.find("visible") != std::string::npos;
+  EXPECT_TRUE(says_count || says_no_gpu(many.output)) << many.output;
+  EXPECT_FALSE(fs::exists(many_out.string() + ".tmp")) << many.output;
+  // Two GPUs: quantizes where there are two, otherwise fails clearly (one GPU: the count).
+  const fs::path two_out = scratch_out("tp2-cuda");
+  const CliResult two = run_lowbit(gptq_args(two_out, "W4A16") + " --device cuda --tp 2");
+  EXPECT_EQ(two.output.find("internal error"), std::string::npos) << two.output;
+  if (two.exit_code == 0) {
+    EXPECT_TRUE(fs::exists(two_out / "config.json")) << two.output;
+  } else {
+    EXPECT_EQ(two.exit_code, 2) << two.output;
+    EXPECT_TRUE(says_no_gpu(two.output) ||
+                two.output.find("only 1 CUDA device is visible") != std::string::npos)
+        << two.output;
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 #include "lowbit/error.h"
 
 namespace lowbit::kernels::cuda {
@@ -110,6 +111,7 @@ __device__ void write_padding_row(const KernelArgs& a, int64_t i, int columns) {
 // One scale per row (dynamic per token, static, or per-tensor dynamic).
 template <bool kFp8, int V>
 __global__ void __launch_bounds__(kThreads) quant_rows_kernel(KernelArgs a) {
+  pdl_begin();
   const int64_t i = blockIdx.x;
   if (i >= a.m) {
     write_padding_row(a, i, a.scale_reps);
@@ -157,6 +159,7 @@ __global__ void __launch_bounds__(kThreads) quant_rows_kernel(KernelArgs a) {
 // fp8, one dynamic scale per (row, group): each warp takes whole groups.
 template <int V>
 __global__ void __launch_bounds__(kThreads) quant_groups_kernel(KernelArgs a) {
+  pdl_begin();
   const int64_t i = blockIdx.x;
   const int64_t groups = a.k / a.group;
   if (i >= a.m) {
@@ -255,21 +258,21 @@ void launch_act_quant(const ActQuantArgs& a, cudaStream_t stream) {
   }
   if (a.group > 0) {
     if (vec) {
-      quant_groups_kernel<8><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(quant_groups_kernel<8>, grid, kThreads, 0, stream, args);
     } else {
-      quant_groups_kernel<1><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(quant_groups_kernel<1>, grid, kThreads, 0, stream, args);
     }
   } else if (a.fp8) {
     if (vec) {
-      quant_rows_kernel<true, 8><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(quant_rows_kernel<true, 8>, grid, kThreads, 0, stream, args);
     } else {
-      quant_rows_kernel<true, 1><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(quant_rows_kernel<true, 1>, grid, kThreads, 0, stream, args);
     }
   } else {
     if (vec) {
-      quant_rows_kernel<false, 8><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(quant_rows_kernel<false, 8>, grid, kThreads, 0, stream, args);
     } else {
-      quant_rows_kernel<false, 1><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(quant_rows_kernel<false, 1>, grid, kThreads, 0, stream, args);
     }
   }
   LOWBIT_CUDA_CHECK_LAUNCH();

@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace lowbit::kernels::cuda {
 
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(const attn::Params 
   using Cfg = DecodeConfig<HD, kFp8>;
   constexpr int kStages = Cfg::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
+  pdl_begin();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / p.head_chunks;
@@ -182,6 +184,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(const attn::Params 
 // Merges the splits of one (sequence, head): one thread per output dimension.
 template <int HD>
 __global__ void __launch_bounds__(HD) decode_reduce_kernel(const attn::Params p) {
+  pdl_begin();
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int ctx = p.context_lens[seq];
   const int lo = p.window > 0 ? max(0, ctx - p.window) : 0;
@@ -244,11 +247,11 @@ void launch_decode(const attn::Params& p, int num_seqs, cudaStream_t stream) {
   detail::allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(p.kv_heads * p.head_chunks),
                   static_cast<unsigned>(num_seqs));
-  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p);
+  launch_pdl(kernel, grid, kThreads, Cfg::kSmemBytes, stream, p);
   LOWBIT_CUDA_CHECK_LAUNCH();
   if (p.num_splits > 1) {
-    decode_reduce_kernel<HD><<<dim3(static_cast<unsigned>(p.heads), static_cast<unsigned>(num_seqs)),
-                               HD, 0, stream>>>(p);
+    launch_pdl(decode_reduce_kernel<HD>, dim3(static_cast<unsigned>(p.heads), static_cast<unsigned>(num_seqs)),
+               HD, 0, stream, p);
     LOWBIT_CUDA_CHECK_LAUNCH();
   }
 }

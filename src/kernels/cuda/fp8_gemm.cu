@@ -254,6 +254,15 @@ bool run_epilogue(const Call& c) {
   return true;
 }
 
+// GEMV: the per-row quantization, then the streaming kernel. False (nothing launched) when it
+// does not apply.
+bool run_gemv(const Call& c) {
+  if (!act_per_row(c.act) || !w8a8::fp8_gemv_applies(c.w, c.m)) return false;
+  quantize(c.act, c.x, c.m, c.m, c.w.k, c.s, c.m, 1, c.stream);
+  w8a8::launch_fp8_gemv(c.s.qx, c.s.sx, c.w, c.bias, c.y, c.m, c.stream);
+  return true;
+}
+
 void run_simt(const Call& c) {
   const bool row = act_per_row(c.act);
   quantize(c.act, c.x, c.m, c.m, c.w.k, c.s, c.l.m_pad, 1, c.stream);
@@ -270,6 +279,11 @@ void run_simt(const Call& c) {
 }
 
 }  // namespace
+
+bool w8a8_gemv_applies(const W8a8GpuWeights& w, int64_t m, const Fp8Activations& act) {
+  const W8a8GpuWeights::Impl& impl = w.impl();
+  return impl.type == W8a8GpuWeights::Type::FP8 && act_per_row(act) && w8a8::fp8_gemv_applies(impl, m);
+}
 
 size_t w8a8_workspace_bytes(const W8a8GpuWeights& w, int64_t m, const Fp8Activations& act) {
   LOWBIT_CHECK(m >= 0, "w8a8_workspace_bytes: m must be >= 0");
@@ -309,6 +323,12 @@ W8a8Path w8a8_gemm(const W8a8GpuWeights& w, const uint16_t* x, int64_t m, const 
       return path;
     case W8a8Path::SIMT:
       run_simt(c);
+      return path;
+    case W8a8Path::GEMV:
+      if (!run_gemv(c)) {
+        throw Unsupported(what + "the GEMV needs at most 8 rows, per-tensor or per-channel weight "
+                                 "scales, per-row activation scales, k % 16 == 0 and an sm_89+ GPU");
+      }
       return path;
   }
   throw InvalidArgument(what + "unknown path");

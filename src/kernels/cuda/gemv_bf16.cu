@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/small_ops.h"
 #include "lowbit/error.h"
 
@@ -240,6 +241,18 @@ __global__ void __launch_bounds__(kThreads, kSilu ? 2 : 3) gemv_kernel(const Gem
   const int64_t ra = min(row0 + g, p.n - 1), rb = min(row0 + g + 8, p.n - 1);
   const uint16_t* wa = p.w + ra * p.k + 8 * t;
   const uint16_t* wb = p.w + rb * p.k + 8 * t;
+  // The weights do not depend on the previous kernel: start the first iteration's into L2 while
+  // it finishes (PDL, pdl.cuh), then wait for x.
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int c = warp + u * kWarps;
+    const int64_t off = static_cast<int64_t>(c) * kChunk;
+    if (c < p.chunks && off + 8 * t < p.k) {
+      prefetch_l2(wa + off);
+      prefetch_l2(wb + off);
+    }
+  }
+  pdl_wait();
   // Two accumulator sets (even / odd chunks) halve the chain of dependent mma per iteration.
   float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
   for (int c0 = warp; c0 < p.chunks; c0 += kWarps * kUnroll) {
@@ -262,6 +275,10 @@ __global__ void __launch_bounds__(kThreads, kSilu ? 2 : 3) gemv_kernel(const Gem
       mma_bf16(acc[u & 1], a[u].z, b[u].z, a[u].w, b[u].w, xb[u][2], xb[u][3]);
     }
   }
+  // The next kernel's CTAs may be scheduled now, as this one's drain (pdl.cuh). Not earlier: CTAs
+  // of a GEMV waiting on this one would take SM slots and unbalance its own grid (measured: down
+  // 29 -> 37 us with the trigger at the start).
+  pdl_launch_dependents();
   // acc: features g (acc 0, 1) and g + 8 (acc 2, 3), x rows 2t and 2t + 1.
   partial[warp][g][t] = make_float2(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1]);
   partial[warp][g + 8][t] = make_float2(acc[0][2] + acc[1][2], acc[0][3] + acc[1][3]);
@@ -299,6 +316,7 @@ __global__ void __launch_bounds__(kThreads, kSilu ? 2 : 3) gemv_kernel(const Gem
 // Any shape and alignment: one warp per output feature, lanes strided over k, a shuffle tree.
 template <bool kSilu, bool kAdd>
 __global__ void gemv_scalar_kernel(const GemvParams p) {
+  pdl_begin();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kScalarWarps + (threadIdx.x >> 5);
   if (row >= p.n) return;  // warp-uniform
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -361,12 +379,12 @@ template <bool kSilu, bool kAdd, bool kNorm = false>
 void launch(const GemvParams& p, cudaStream_t stream) {
   if (gemv_bf16_vectorized(p.x, p.x_stride, p.k, p.w)) {
     const auto tiles = static_cast<unsigned>((p.n + kTileRows - 1) / kTileRows);
-    gemv_kernel<kSilu, kAdd, kNorm><<<tiles, kThreads, 0, stream>>>(p);
+    launch_pdl(gemv_kernel<kSilu, kAdd, kNorm>, tiles, kThreads, 0, stream, p);
   } else {
     // kNorm callers take this path only with the streaming kernel (the norm is in its epilogue).
     LOWBIT_CHECK_AS(Internal, !kNorm, "gemv_bf16: the fused norm needs the streaming kernel");
     const auto blocks = static_cast<unsigned>((p.n + kScalarWarps - 1) / kScalarWarps);
-    gemv_scalar_kernel<kSilu, kAdd><<<blocks, kScalarWarps * 32, 0, stream>>>(p);
+    launch_pdl(gemv_scalar_kernel<kSilu, kAdd>, blocks, kScalarWarps * 32, 0, stream, p);
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }

@@ -147,6 +147,7 @@ W8a8Path w8a8_gemm(const W8a8GpuWeights& w, const uint16_t* x, int64_t m, const 
   if (path == W8a8Path::LT_SCALED) {
     throw Unsupported(what + "cuBLASLt has no scaled int8 product; use LT_EPILOGUE (IMMA)");
   }
+  if (path == W8a8Path::GEMV) throw Unsupported(what + "the GEMV path is FP8 only");
   if (path == W8a8Path::LT_EPILOGUE && !impl.imma) {
     throw Unsupported(what + "IMMA needs per-channel (one group) weights without zero points");
   }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 #include "lowbit/error.h"
 
 namespace lowbit::kernels::cuda {
@@ -162,6 +163,7 @@ __device__ __forceinline__ void write_cache(const RopeKvParams& rp, int64_t row)
 
 template <int V, bool kFp8>
 __global__ void rope_kv_write_kernel(const RopeKvParams rp) {
+  pdl_begin();
   const int64_t row = blockIdx.x;
   rotate<V>(rp, row);
   __syncthreads();  // the rotated k rows (global memory) are visible to the whole CTA
@@ -248,14 +250,14 @@ void rope_neox_write_kv(uint16_t* q, int64_t q_stride, uint16_t* k, int64_t k_st
   const auto blocks = static_cast<unsigned>(rows);
   if (vec) {
     if (fp8)
-      rope_kv_write_kernel<8, true><<<blocks, threads, 0, stream>>>(rp);
+      launch_pdl(rope_kv_write_kernel<8, true>, blocks, threads, 0, stream, rp);
     else
-      rope_kv_write_kernel<8, false><<<blocks, threads, 0, stream>>>(rp);
+      launch_pdl(rope_kv_write_kernel<8, false>, blocks, threads, 0, stream, rp);
   } else {
     if (fp8)
-      rope_kv_write_kernel<1, true><<<blocks, threads, 0, stream>>>(rp);
+      launch_pdl(rope_kv_write_kernel<1, true>, blocks, threads, 0, stream, rp);
     else
-      rope_kv_write_kernel<1, false><<<blocks, threads, 0, stream>>>(rp);
+      launch_pdl(rope_kv_write_kernel<1, false>, blocks, threads, 0, stream, rp);
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 #include "lowbit/error.h"
 
 namespace lowbit::kernels::cuda {
@@ -118,6 +119,7 @@ void check_rows(const char* fn, int64_t rows) {
 template <int V>
 __global__ void rmsnorm_kernel(const uint16_t* x, const float* __restrict__ weight, float eps,
                                int64_t dim, uint16_t* out) {  // out may be x: no __restrict__
+  pdl_begin();
   const uint16_t* xr = x + blockIdx.x * dim;
   uint16_t* outr = out + blockIdx.x * dim;
   const int64_t packs = dim / V;
@@ -145,6 +147,7 @@ __global__ void rmsnorm_kernel(const uint16_t* x, const float* __restrict__ weig
 template <int V>
 __global__ void fused_add_rmsnorm_kernel(uint16_t* x, uint16_t* residual,
                                          const float* __restrict__ weight, float eps, int64_t dim) {
+  pdl_begin();
   uint16_t* xr = x + blockIdx.x * dim;
   uint16_t* rr = residual + blockIdx.x * dim;
   const int64_t packs = dim / V;
@@ -180,6 +183,7 @@ __global__ void fused_add_rmsnorm_kernel(uint16_t* x, uint16_t* residual,
 template <int V>
 __global__ void silu_and_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t n,
                                     uint16_t* __restrict__ out) {
+  pdl_begin();
   const int64_t p = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (p * V >= n) return;
   const uint16_t* g = gate_up + static_cast<int64_t>(blockIdx.x) * 2 * n + p * V;
@@ -251,6 +255,7 @@ template <int V>
 __global__ void embedding_gather_kernel(const uint16_t* __restrict__ table, int64_t vocab,
                                         int64_t hidden, const int32_t* __restrict__ ids,
                                         uint16_t* __restrict__ out, int32_t* error) {
+  pdl_begin();
   const int64_t row = blockIdx.x;
   const int32_t id = ids[row];
   const bool bad = id < 0 || id >= vocab;
@@ -301,9 +306,9 @@ void rmsnorm(const uint16_t* x, const float* weight, float eps, int64_t rows, in
   const bool vec = dim % 8 == 0 && aligned16(x) && aligned16(out) && aligned16(weight);
   const int threads = row_threads(vec ? dim / 8 : dim);
   if (vec) {
-    rmsnorm_kernel<8><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, weight, eps, dim, out);
+    launch_pdl(rmsnorm_kernel<8>, static_cast<unsigned>(rows), threads, 0, stream, x, weight, eps, dim, out);
   } else {
-    rmsnorm_kernel<1><<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, weight, eps, dim, out);
+    launch_pdl(rmsnorm_kernel<1>, static_cast<unsigned>(rows), threads, 0, stream, x, weight, eps, dim, out);
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
@@ -320,9 +325,9 @@ void fused_add_rmsnorm(uint16_t* x, uint16_t* residual, const float* weight, flo
   const int threads = row_threads(vec ? dim / 8 : dim);
   const auto blocks = static_cast<unsigned>(rows);
   if (vec) {
-    fused_add_rmsnorm_kernel<8><<<blocks, threads, 0, stream>>>(x, residual, weight, eps, dim);
+    launch_pdl(fused_add_rmsnorm_kernel<8>, blocks, threads, 0, stream, x, residual, weight, eps, dim);
   } else {
-    fused_add_rmsnorm_kernel<1><<<blocks, threads, 0, stream>>>(x, residual, weight, eps, dim);
+    launch_pdl(fused_add_rmsnorm_kernel<1>, blocks, threads, 0, stream, x, residual, weight, eps, dim);
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
@@ -341,9 +346,9 @@ void silu_and_mul(const uint16_t* gate_up, int64_t rows, int64_t n, uint16_t* ou
   LOWBIT_CHECK(chunks <= 65535, "silu_and_mul: n = " + std::to_string(n) + " is too large");
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
   if (vec) {
-    silu_and_mul_kernel<8><<<grid, kThreads, 0, stream>>>(gate_up, n, out);
+    launch_pdl(silu_and_mul_kernel<8>, grid, kThreads, 0, stream, gate_up, n, out);
   } else {
-    silu_and_mul_kernel<1><<<grid, kThreads, 0, stream>>>(gate_up, n, out);
+    launch_pdl(silu_and_mul_kernel<1>, grid, kThreads, 0, stream, gate_up, n, out);
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
@@ -396,9 +401,9 @@ void embedding_gather(const uint16_t* table, int64_t vocab, int64_t hidden, cons
   const int threads = row_threads(vec ? hidden / 8 : hidden);
   const auto blocks = static_cast<unsigned>(rows);
   if (vec) {
-    embedding_gather_kernel<8><<<blocks, threads, 0, stream>>>(table, vocab, hidden, ids, out, error);
+    launch_pdl(embedding_gather_kernel<8>, blocks, threads, 0, stream, table, vocab, hidden, ids, out, error);
   } else {
-    embedding_gather_kernel<1><<<blocks, threads, 0, stream>>>(table, vocab, hidden, ids, out, error);
+    launch_pdl(embedding_gather_kernel<1>, blocks, threads, 0, stream, table, vocab, hidden, ids, out, error);
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }

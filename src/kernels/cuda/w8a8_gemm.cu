@@ -21,6 +21,7 @@ const char* w8a8_path_name(W8a8Path path) {
     case W8a8Path::LT_SCALED: return "cublaslt-scaled";
     case W8a8Path::LT_EPILOGUE: return "cublaslt+epilogue";
     case W8a8Path::SIMT: return "simt";
+    case W8a8Path::GEMV: return "gemv";
   }
   return "?";
 }

@@ -20,6 +20,11 @@
 //                lowbit's epilogue kernel applies row × column scales (and the static activation
 //                zero point), adds the bias and writes bf16. Needs scales constant along k: per-
 //                tensor or per-channel weights with per-token or per-tensor activations.
+//   GEMV         FP8 only, decode steps: m <= 8 rows, per-tensor or per-channel weight scales,
+//                per-row activation scales, k % 16 == 0, sm_89+. lowbit's streaming kernel on the
+//                e4m3 tensor cores (gemv_fp8.cu); the same exact products as cuBLASLt, summed in
+//                another order. AUTO does not take it: callers ask for it (gpu::GpuLinear does
+//                for decode steps) so the other paths stay reachable at small m.
 //   SIMT         lowbit's own tiled CUDA-core kernel (fp32 FMA for FP8, exact int32 dp for INT):
 //                any scale granularity, group size, zero points, shape or alignment. Correct
 //                first, not fast (CUDA-core rates, far below the tensor cores): the last resort.
@@ -47,7 +52,7 @@
 
 namespace lowbit::kernels::cuda {
 
-enum class W8a8Path : uint8_t { AUTO, LT_SCALED, LT_EPILOGUE, SIMT };
+enum class W8a8Path : uint8_t { AUTO, LT_SCALED, LT_EPILOGUE, SIMT, GEMV };
 const char* w8a8_path_name(W8a8Path path);
 
 // How activations are quantized to e4m3 before an FP8 product (compressed-tensors' input_activations).
@@ -103,6 +108,9 @@ W8a8GpuWeights pack_fp8_for_gpu(const Fp8Weights& weights);
 // code or zero point out of range. Per-channel weights without zero points run on cuBLASLt's
 // IMMA kernels; groups (W4A8's 128) and zero points take the SIMT path.
 W8a8GpuWeights pack_int8_for_gpu(const IntWeights& weights);
+
+// Whether W8a8Path::GEMV runs these FP8 weights and activations for m rows on this device.
+bool w8a8_gemv_applies(const W8a8GpuWeights& w, int64_t m, const Fp8Activations& act);
 
 // Scratch bytes w8a8_gemm needs for up to `m` rows (any path: AUTO may fall back).
 size_t w8a8_workspace_bytes(const W8a8GpuWeights& w, int64_t m, const Fp8Activations& act);

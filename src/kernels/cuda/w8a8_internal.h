@@ -162,6 +162,14 @@ struct Fp8SimtArgs {
 };
 void launch_fp8_simt(const Fp8SimtArgs& a, cudaStream_t stream);
 
+// The FP8 GEMV of decode steps (gemv_fp8.cu): m <= kFp8GemvMaxRows rows, weight scales constant
+// along k (row_scales), k a multiple of 16, a GPU with e4m3 tensor cores (sm_89+). qx [m, k]
+// (16-byte aligned), sx [m]: per-row activation scales.
+inline constexpr int64_t kFp8GemvMaxRows = 8;
+bool fp8_gemv_applies(const W8a8GpuWeights::Impl& w, int64_t m);
+void launch_fp8_gemv(const uint8_t* qx, const float* sx, const W8a8GpuWeights::Impl& w,
+                     const uint16_t* bias, uint16_t* y, int64_t m, cudaStream_t stream);
+
 struct IntSimtArgs {
   const int8_t* qx = nullptr;
   const float* sx = nullptr;  // [m]

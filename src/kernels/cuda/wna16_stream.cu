@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wna16_device.cuh"
 #include "kernels/cuda/wna16_internal.h"
 
@@ -130,6 +131,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const S
     scale_ptr[r] = p.scales + e;
     zero_ptr[r] = p.zeros ? p.zeros + (e >> 1) : nullptr;
   }
+  // The codes do not depend on the previous kernel: start this warp's first D - 1 chunks into L2
+  // while it finishes (PDL, pdl.cuh; one prefetch per 128-byte line), then wait for x.
+  if ((lane & 7) == 0) {
+#pragma unroll
+    for (int d = 0; d < D - 1; ++d) {
+      if (c_begin + d < c_end) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int v = 0; v < V; ++v) prefetch_l2(code_ptr[r] + (d * V + v) * 32);
+      }
+    }
+  }
+  pdl_wait();
   const bool has_zeros = p.zeros != nullptr;
   const int zero_shift = (g & 1) * 16;
   // x pieces this lane copies: piece = lane + 32·i of the chunk's XROWS × 8 pieces, i.e. row
@@ -290,6 +305,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const S
     }
   }
   cp_async_wait<0>();  // only empty groups remain; drained before the rings are reused
+  pdl_launch_dependents();  // late, as gemv_bf16 (it says why)
 
   auto store = [&](int64_t row, int col, float sum) {
     if (row < p.n && col < p.m) {
@@ -390,7 +406,7 @@ void launch_config(const StreamParams& p, int64_t tiles, int split_override, cud
     while (split > 1 && static_cast<size_t>(split) * kWarpBytes > static_cast<size_t>(d.smem_per_block)) split /= 2;
   }
   const size_t smem = static_cast<size_t>(split) * kWarpBytes;
-  kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(split * 32), smem, stream>>>(p);
+  launch_pdl(kernel, static_cast<unsigned>(blocks), static_cast<unsigned>(split * 32), smem, stream, p);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

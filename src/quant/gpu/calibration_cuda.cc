@@ -320,6 +320,35 @@ std::vector<float> CudaCalibrationBackend::download_hessian(LinearRole input) co
   return it->second->download();
 }
 
+int CudaCalibrationBackend::device() const { return impl_->device; }
+
+CudaCalibrationBackend::KeptHessian CudaCalibrationBackend::kept_hessian(LinearRole input) {
+  Impl& im = *impl_;
+  auto it = im.hessians.find(input);
+  LOWBIT_CHECK_AS(Internal, it != im.hessians.end(),
+                  "kept_hessian: the last calibrate() did not collect the " + role_name(input));
+  LOWBIT_CUDA_CHECK(cudaSetDevice(im.device));
+  DeviceHessian& h = *it->second;
+  KeptHessian kept;
+  // DeviceHessian::hessian() returns its own finalized buffer (device memory it allocated, not a
+  // const object) and keeps returning it, unchanged, until the next add() or reset().
+  kept.data = const_cast<float*>(h.hessian());
+  kept.cols = h.cols();
+  kept.samples = h.sequences();
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+  return kept;
+}
+
+void CudaCalibrationBackend::forget_upload(const models::Linear& linear) {
+  DeviceLayer& l = impl_->layer;
+  for (DeviceLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+    if (d->source == &linear) {
+      d->source = nullptr;
+      d->source_data = nullptr;
+    }
+  }
+}
+
 std::unique_ptr<quant::CalibrationBackend> make_cuda_calibration_backend(int device) {
   ::lowbit::gpu::require_device(device);
   return std::make_unique<CudaCalibrationBackend>(device);

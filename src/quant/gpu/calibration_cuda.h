@@ -59,6 +59,27 @@ class CudaCalibrationBackend : public quant::CalibrationBackend {
   std::vector<float> download_states(size_t index) const;
   std::vector<float> download_hessian(LinearRole input) const;
 
+  // For MultiGpuCalibrationBackend (multi_gpu_calibration.h), which runs one of these per GPU over
+  // its share of the samples and sums their Hessians into the first one's.
+  //
+  // The GPU this backend runs on.
+  int device() const;
+  // The Hessian of `input` kept by the last calibrate(): H = 2/samples · Σ x xᵀ over this
+  // backend's samples, fp32 [cols, cols] row-major on device(), finalized and with the backend's
+  // stream synchronized. gptq() and gptq_linear() read this very buffer until the next
+  // calibrate(), so a reduction may overwrite it in place with the Hessian over every GPU's
+  // samples. Internal when the last calibrate() did not collect `input`.
+  struct KeptHessian {
+    float* data = nullptr;
+    int64_t cols = 0;
+    int64_t samples = 0;
+  };
+  KeptHessian kept_hessian(LinearRole input);
+  // Makes the next calibrate() / propagate() upload `linear`'s weight again even if its tensor
+  // still starts where it did at the last upload: another backend's GPTQ replaced the weight, and
+  // this backend's copy must not depend on the replacement getting a new address.
+  void forget_upload(const models::Linear& linear);
+
   struct Impl;
 
  private:

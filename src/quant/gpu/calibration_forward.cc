@@ -305,15 +305,16 @@ void CudaCalibrationBackend::propagate(int layer) {
   t.propagate_attention = im.attention_events.seconds_and_reset();
   t.propagate = std::chrono::duration<double>(Clock::now() - start).count();
   im.forward_seconds += t.propagate;
-  // Calibrate and propagate include their uploads; GPTQ's wall time includes its parts.
+  // Calibrate and propagate include their uploads; GPTQ's wall time includes its parts. The GPU
+  // number at the end tells the lines of several GPUs (--tp) apart.
   char line[400];
   std::snprintf(line, sizeof line,
                 "layer %d on cuda: uploads %.2f s; calibrate %.2f s (Hessians %.2f, attention "
                 "%.2f); GPTQ %d modules %.2f s (host set-up %.2f, device %.2f, weight copies "
-                "%.2f, host conversions %.2f); propagate %.2f s (attention %.2f)",
+                "%.2f, host conversions %.2f); propagate %.2f s (attention %.2f) [GPU %d]",
                 layer, t.upload, t.calibrate, t.hessian, t.calibrate_attention, t.gptq.calls,
                 t.gptq_wall, t.gptq.host, t.gptq.device, t.gptq.copies, t.gptq_host_copy,
-                t.propagate, t.propagate_attention);
+                t.propagate, t.propagate_attention, im.device);
   log_info(line);
   t = LayerTimes{};
 }

@@ -64,6 +64,8 @@ void OnlineLinear::process_weights_after_loading(LayerParams& layer) {
                    : weights_.strategy == Strategy::Tensor ? rows : 1;
     f.block_cols = weights_.strategy == Strategy::Block ? weights_.block_cols : cols;
     f.codes.resize(static_cast<size_t>(rows * cols));
+    // Rows are independent: an 8B model's 7 G weights take minutes on one core.
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const size_t i = static_cast<size_t>(r * cols + c);
@@ -83,6 +85,7 @@ void OnlineLinear::process_weights_after_loading(LayerParams& layer) {
   q.scales = qp.scale;
   q.codes.resize(static_cast<size_t>(rows * cols));
   const float offset = static_cast<float>(1 << (q.bits - 1));
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const size_t i = static_cast<size_t>(r * cols + c);

@@ -26,7 +26,7 @@ namespace {
 using testing::Rng;
 
 const W8a8Path kPaths[] = {W8a8Path::AUTO, W8a8Path::LT_SCALED, W8a8Path::LT_EPILOGUE,
-                           W8a8Path::SIMT};
+                           W8a8Path::SIMT, W8a8Path::GEMV};
 
 struct Shape {
   int64_t m, n, k;
@@ -139,6 +139,11 @@ bool fp8_epilogue_applies(const Fp8Case& c, const Shape& s) {
   const int64_t bc = c.block_cols > 0 ? c.block_cols : s.k;
   return c.act.scheme != Fp8ActScheme::PER_GROUP && bc >= s.k;
 }
+// The decode GEMV (gemv_fp8.cu): the epilogue path's scales, at most 8 rows, whole 16-byte pieces
+// of k, e4m3 tensor cores. Where it applies it never declines.
+bool fp8_gemv_applies(const Fp8Case& c, const Shape& s) {
+  return fp8_epilogue_applies(c, s) && s.m <= 8 && s.k % 16 == 0 && testing::device_cc() >= 89;
+}
 
 void run_fp8_case(const Fp8Case& c, const Shape& s, bool with_bias, Rng& rng) {
   if (c.act.scheme == Fp8ActScheme::PER_GROUP && s.k % c.act.group_size != 0) return;
@@ -180,9 +185,11 @@ void run_fp8_case(const Fp8Case& c, const Shape& s, bool with_bias, Rng& rng) {
     const auto ran = run_gpu(gw, x, s.m, c.act, with_bias ? &bias_bf16 : nullptr, path, &y, &why);
     const bool applies = path == W8a8Path::AUTO || path == W8a8Path::SIMT ||
                          (path == W8a8Path::LT_SCALED && fp8_scaled_applies(c, s)) ||
-                         (path == W8a8Path::LT_EPILOGUE && fp8_epilogue_applies(c, s));
+                         (path == W8a8Path::LT_EPILOGUE && fp8_epilogue_applies(c, s)) ||
+                         (path == W8a8Path::GEMV && fp8_gemv_applies(c, s));
     if (!ran) {
       EXPECT_TRUE(path != W8a8Path::AUTO && path != W8a8Path::SIMT) << why;
+      EXPECT_FALSE(path == W8a8Path::GEMV && applies) << "the GEMV declined: " << why;
       if (applies) {
         const bool block = c.act.scheme == Fp8ActScheme::PER_GROUP ||
                            (c.block_cols > 0 && c.block_cols < s.k);
@@ -313,7 +320,8 @@ void run_int_case(const IntCase& c, const Shape& s, bool with_bias, Rng& rng) {
     const auto ran = run_gpu(gw, x, s.m, c.act, with_bias ? &bias_bf16 : nullptr, path, &y, &why);
     const bool imma = c.group == 0 && !c.zeros;
     if (!ran) {
-      EXPECT_TRUE(path == W8a8Path::LT_SCALED || path == W8a8Path::LT_EPILOGUE) << why;
+      EXPECT_TRUE(path == W8a8Path::LT_SCALED || path == W8a8Path::LT_EPILOGUE ||
+                  path == W8a8Path::GEMV) << why;
       if (path == W8a8Path::LT_EPILOGUE && imma) {
         EXPECT_FALSE(testing::device_cc() >= 80 && lt_must_run(s, false))
             << "cuBLASLt declined IMMA: " << why;

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -275,6 +276,62 @@ TEST(GpuW4a16Test, LogitsMatchTheCpuOnTheSameQuantizedWeights) {
       const Tensor step = gpu->forward(std::span<const int32_t>(&ids[t], 1), seq, false);
       EXPECT_EQ(compare_rows(step.data_as<const float>(), expected.data_as<const float>() + t * vocab,
                              1, vocab),
+                "")
+          << "prompt " << p << " decode at position " << t;
+    }
+  }
+}
+
+// FP8 W8A8 (online fp8_per_channel: per-channel e4m3 weights, dynamic per-token e4m3 inputs): q/k/v
+// and gate/up run fused (one activation quantization, per-row scales), prefill on cuBLASLt, decode
+// steps on the FP8 GEMV. Against the CPU's fp8 forward on the same codes. Tolerance: the GPU
+// quantizes bf16 activations, the CPU fp32 ones, so an input within 2^-9 of an e4m3 rounding
+// boundary (about 1 in 32) takes the neighbouring code, one e4m3 step (12.5 %) away: the two
+// forwards differ by noise of the size of the fp8 quantization itself (measured on the H200: 1.05
+// to 1.3 times the CPU fp8 model's distance from the bf16 one), on top of the GPU's bf16 noise.
+// We allow 2 x max(0.03, that measured fp8-vs-bf16 distance) x max |logit|, as the fp8 tensor-
+// parallel test does, and no argmax rule beyond what that bound implies. A wrong scale, code or
+// fused row order moves the logits by far more (tens of percent).
+TEST(GpuFp8Test, FusedLayersMatchTheCpuPrefillAndDecode) {
+  SKIP_WITHOUT_DEVICE();
+  models::LoadOptions fp8;
+  fp8.quantization = "fp8_per_channel";
+  auto cpu = load_model_for_gpu(kModelDir.string(), fp8, 0);
+  auto bf16 = load_model_for_gpu(kModelDir.string(), {}, 0);
+  auto gpu = GpuModel::load(*cpu);
+  const std::string what = gpu->describe();
+  // Fused: q/k/v and gate/up as one layer each (2 per decoder layer), o and down alone.
+  const std::string fused = "w8a8 fp8 fused x " + std::to_string(2 * cpu->config().num_layers);
+  EXPECT_NE(what.find(fused), std::string::npos) << what;
+  const auto golden = formats::SafetensorsFile::open(
+      (kSourceDir / "tests/golden/ref-llama-19m/reference_logits.safetensors").string());
+  const int64_t vocab = cpu->config().vocab_size;
+  for (int p = 0; p < 3; ++p) {
+    const std::vector<int32_t> ids = ids_of(golden->get("prompt" + std::to_string(p) + ".input_ids"));
+    models::KvCache cache = cpu->new_cache(), bf16_cache = bf16->new_cache();
+    const Tensor expected = cpu->forward(ids, cache, true);
+    const Tensor dense = bf16->forward(ids, bf16_cache, true);
+    float max_abs = 0.0f, fp8_error = 0.0f;
+    for (int64_t i = 0; i < expected.numel(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(expected.data_as<const float>()[i]));
+      fp8_error = std::max(fp8_error, std::fabs(expected.data_as<const float>()[i] -
+                                                dense.data_as<const float>()[i]));
+    }
+    EXPECT_GT(fp8_error, 0.0f);  // the fp8 model really is another model
+    const double tolerance = 2 * std::max(kRelativeTolerance, static_cast<double>(fp8_error / max_abs));
+    const float no_argmax_rule = std::numeric_limits<float>::infinity();
+    GpuSequence seq = gpu->new_sequence();
+    const Tensor prefill = gpu->forward(ids, seq, true);
+    EXPECT_EQ(compare_rows(prefill.data_as<const float>(), expected.data_as<const float>(),
+                           expected.dim(0), vocab, tolerance, no_argmax_rule),
+              "")
+        << "prompt " << p << " prefill";
+    seq.clear();
+    gpu->forward(std::span<const int32_t>(ids.data(), 1), seq, false);
+    for (size_t t = 1; t < ids.size(); ++t) {
+      const Tensor step = gpu->forward(std::span<const int32_t>(&ids[t], 1), seq, false);
+      EXPECT_EQ(compare_rows(step.data_as<const float>(), expected.data_as<const float>() + t * vocab,
+                             1, vocab, tolerance, no_argmax_rule),
                 "")
           << "prompt " << p << " decode at position " << t;
     }
