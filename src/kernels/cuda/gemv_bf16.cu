@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/stream_load.cuh"
 #include "kernels/cuda/small_ops.h"
 #include "lowbit/error.h"
 
@@ -63,16 +64,6 @@ __device__ __forceinline__ uint32_t silu_mul_pair(uint32_t gate, uint32_t up) {
   const float lo = silu_mul(bf16_bits_to_float(gate & 0xFFFFu), bf16_bits_to_float(up & 0xFFFFu));
   const float hi = silu_mul(bf16_bits_to_float(gate >> 16), bf16_bits_to_float(up >> 16));
   return float_to_bf16_bits(lo) | (float_to_bf16_bits(hi) << 16);
-}
-
-// The weight is read once: skip L1, and let L2 fetch the 256-byte segment (the rest of it is the
-// next chunks of the same row, asked for by the neighbouring warps).
-__device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,

@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/stream_load.cuh"
 #include "kernels/cuda/w8a8_internal.h"
 #include "lowbit/error.h"
 
@@ -47,16 +48,6 @@ struct Fp8GemvParams {
   int m = 0;
   int chunks = 0;  // ceil(k / kChunk)
 };
-
-// The weight is read once: skip L1, and let L2 fetch the 256-byte segment (its other parts are
-// the next chunks of the same row, asked for by the neighbouring warps).
-__device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
