@@ -63,7 +63,9 @@ nlohmann::json to_json(const quant::MethodDescription& d, const std::vector<Colu
   j["layers"] = join_layers(d.layers);
   j["online"] = d.online;
   j["config_filenames"] = d.config_filenames;
+  if (!d.unsupported.empty()) j["unsupported"] = d.unsupported;
   for (const Column& c : columns) j["support"][c.name] = runs_on(d, c.platform);
+  j["kernels"] = nlohmann::json::array();
   for (const quant::KernelSpec& k : d.kernels) {
     j["kernels"].push_back({{"name", k.name},
                             {"implements", k.implements},
@@ -110,6 +112,11 @@ int run_methods(const std::vector<std::string>& plugins, bool json) {
   std::printf("\n");
   for (const auto& [name, d] : methods) {
     if (name != d.name) continue;
+    if (!d.unsupported.empty()) {
+      std::printf("%s: %s\n  not supported: %s\n", d.name.c_str(), d.summary.c_str(),
+                  d.unsupported.c_str());
+      continue;
+    }
     std::printf("%s: %s\n  activations: %s; layers: %s%s\n", d.name.c_str(), d.summary.c_str(),
                 join_dtypes(d.act_dtypes).c_str(), join_layers(d.layers).c_str(),
                 d.online ? "; online quantization of unquantized checkpoints" : "");

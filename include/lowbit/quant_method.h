@@ -188,6 +188,9 @@ struct MethodDescription {
   std::vector<KernelSpec> kernels;            // everything it can select, in preference order
   bool online = false;                        // quantizes unquantized weights at load
   bool moe_only = false;                      // online methods that only take routed experts
+  // Non-empty: a method listed (vLLM has it) that lowbit cannot run anywhere, and why; it has no
+  // kernels and loading it fails with this reason.
+  std::string unsupported;
 };
 
 class QuantizationConfig {

@@ -170,7 +170,17 @@ Checkpoint Checkpoint::open(const std::string& path) {
       loaded = load_index(other_indexes[0].string());
     } else {
       std::vector<fs::path> files = files_ending_in(dir, ".safetensors");
-      if (files.empty()) throw InvalidArgument(path + ": no .safetensors file in this directory");
+      if (files.empty()) {
+        // Older writers (torchao before its safetensors support, transformers 4 with
+        // safe_serialization=False) left only a torch pickle: say so rather than "empty".
+        std::vector<fs::path> pickles = files_ending_in(dir, ".bin");
+        throw InvalidArgument(
+            path + ": no .safetensors file in this directory" +
+            (pickles.empty() ? std::string()
+                             : "; it holds " + pickles[0].filename().string() +
+                                   ", a torch pickle checkpoint, which lowbit does not read "
+                                   "(re-save the model as safetensors)"));
+      }
       loaded = load_files(path, files);
     }
   } else if (ends_with(path, ".json")) {

@@ -45,6 +45,27 @@ const Fixture kFixtures[] = {
     {"quark_uint4_g128", "quark", false},
     {"quark_int4_g128", "quark", false},
     {"quark_fp8", "quark", true},
+    // torchao 0.18 through transformers 5.17 (safetensors): Int4Tensor (float zero points: the
+    // dequant kernel; dequant_ is the bf16 weight mslk's kernel forms), Int8Tensor weight-only
+    // and with dynamic per-token int8 inputs (the fp32 W8A8 emulation on its tie-free sequence;
+    // against torchao's own linear layer by layer in quant_formats_torchao_test.cc),
+    // IntxUnpackedToInt8Tensor.
+    {"torchao_int4_g128", "torchao", false},
+    {"torchao_int4_g32", "torchao", false},
+    {"torchao_int8_wo", "torchao", false},
+    {"torchao_int8_dyn", "torchao", true},
+    {"torchao_intx_w4_g32_asym", "torchao", false},
+    // bitsandbytes 0.50.2 LLM.int8() through transformers 5.17: int8 weights on the int kernels,
+    // inputs quantized to int8 per row with outlier columns kept in float (threshold 6.0: none
+    // on this model; 3.0: 0-10 columns per input). Its 4-bit fixtures: quant_formats_bnb_test.cc.
+    {"bnb_int8", "bitsandbytes", true},
+    {"bnb_int8_outliers", "bitsandbytes", true},
+    // vLLM's deepspeedfp: bf16 checkpoints quantized at load by DeepSpeed's FP_Quantize (FP8 in
+    // groups of 128, FP6 in groups of 512 spanning rows). Not written by the real tool, which is
+    // CUDA-only: the golden data come from the documented kernel, re-implemented in Python
+    // (scripts/fixtures/make_deepspeedfp_fixtures.py, README "DeepSpeedFP").
+    {"deepspeedfp_fp8", "deepspeedfp", false},
+    {"deepspeedfp_fp6", "deepspeedfp", false},
 };
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -101,6 +101,10 @@ std::string normalize_method_name(const std::string& name) {
 }
 
 void require_supported(const MethodDescription& method, const Platform& platform) {
+  if (!method.unsupported.empty()) {
+    throw Unsupported("quantization method " + method.name + " is not supported by lowbit: " +
+                      method.unsupported);
+  }
   std::string needs;
   for (const KernelSpec& k : method.kernels) {
     const std::string missing = k.missing_on(platform);
@@ -161,6 +165,7 @@ ResolvedQuantization resolve_quantization(const std::string& model_dir,
                       "' is not a known quantization method (`lowbit methods` lists them)");
   }
   const MethodDescription asked = describe_quantization(wanted);
+  if (!asked.unsupported.empty()) require_supported(asked, Platform::current());
   if (stored && asked.name == r.checkpoint_method) {
     r.config = std::move(stored);  // the checkpoint's own method, named explicitly
     return r;
@@ -174,8 +179,22 @@ ResolvedQuantization resolve_quantization(const std::string& model_dir,
                           " is not quantized and " + asked.name +
                           " only loads checkpoints it wrote (online methods: `lowbit methods`)");
   }
+  // As vLLM's get_quant_config: a method asked for by name reads its own config file when the
+  // checkpoint has none, here one that no method claimed (no quant_method; deepspeedfp's
+  // quant_config.json {bits, group_size}).
+  nlohmann::json asked_config = nlohmann::json::object();
+  std::string asked_where = "--quantization " + wanted;
+  for (const std::string& file : stored ? std::vector<std::string>{} : asked.config_filenames) {
+    const fs::path path = fs::path(model_dir) / file;
+    if (!fs::exists(path)) continue;
+    nlohmann::json j = read_json_file(path);
+    if (!j.is_object() || j.contains("quant_method")) continue;
+    asked_config = std::move(j);
+    asked_where = path.string();
+    break;
+  }
   std::unique_ptr<QuantizationConfig> online =
-      make_quantization_config(wanted, nlohmann::json::object(), "--quantization " + wanted);
+      make_quantization_config(wanted, asked_config, asked_where);
   r.online_method = online->get_name();
   require_supported(online->describe(), Platform::current());
   if (stored) {
