@@ -14,35 +14,15 @@
 
 #include "formats/safetensors.h"
 #include "models/model.h"
+#include "quant_format_util.h"
 
 namespace lowbit {
 namespace {
 
-const std::string kDir = std::string(LOWBIT_SOURCE_DIR) + "/tests/golden/quant_formats/";
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  double worst = 0;
-  const Tensor fa = a.to_f32(), fb = b.to_f32();
-  for (int64_t i = 0; i < fa.numel(); ++i) {
-    worst = std::max(worst, static_cast<double>(std::abs(fa.data_as<const float>()[i] -
-                                                         fb.data_as<const float>()[i])));
-  }
-  return worst;
-}
-
-Tensor run(const models::Model& model, const Tensor& ids) {
-  models::KvCache cache = model.new_cache();
-  return model.forward(std::span<const int32_t>(ids.data_as<const int32_t>(), ids.numel()), cache,
-                       /*all_logits=*/true);
-}
-
-const models::Linear& module(const models::Model& model, const std::string& name) {
-  const models::LayerWeights& layer = model.weights().layers[0];
-  if (name == "model.layers.0.self_attn.q_proj") return layer.attention.q;
-  if (name == "model.layers.0.mlp.down_proj") return layer.mlp.down;
-  throw std::runtime_error("test does not know module " + name);
-}
+using golden::max_abs_diff;
+using golden::module;
+using golden::run;
+using golden::kQuantFormatsDir;
 
 // Every dequant_<module> of the golden file against the loaded layer's weight, exactly (both are
 // one fp32 product per element; `round_bf16`: lowbit's weight was stored in bf16).
@@ -66,7 +46,7 @@ void expect_writer_weights(const formats::SafetensorsFile& golden, const models:
 }
 
 TEST(ModelOptCheckpoint, Fp8MatchesStaticActivationQuantization) {
-  const std::string dir = kDir + "modelopt_fp8";
+  const std::string dir = kQuantFormatsDir + "modelopt_fp8";
   const auto golden = formats::SafetensorsFile::open(dir + "/golden.safetensors");
   const auto model = models::Model::load(dir);
   EXPECT_EQ(model->quantization(), "modelopt (checkpoint)");
@@ -82,7 +62,7 @@ TEST(ModelOptCheckpoint, Fp8MatchesStaticActivationQuantization) {
 }
 
 TEST(ModelOptCheckpoint, Nvfp4WeightOnlyMatchesTheWritersDequantization) {
-  const std::string dir = kDir + "modelopt_nvfp4";
+  const std::string dir = kQuantFormatsDir + "modelopt_nvfp4";
   const auto golden = formats::SafetensorsFile::open(dir + "/golden.safetensors");
   const Tensor ids = golden->get("input_ids");
   {

@@ -14,19 +14,15 @@
 
 #include "formats/safetensors.h"
 #include "models/model.h"
+#include "quant_format_util.h"
 
 namespace lowbit {
 namespace {
 
+using golden::module;
+
 const std::string kDir =
     std::string(LOWBIT_SOURCE_DIR) + "/tests/golden/quant_formats/torchao_int8_dyn";
-
-const models::Linear& module(const models::Model& model, const std::string& name) {
-  const models::LayerWeights& layer = model.weights().layers[0];
-  if (name == "model.layers.0.self_attn.q_proj") return layer.attention.q;
-  if (name == "model.layers.0.mlp.down_proj") return layer.mlp.down;
-  throw std::runtime_error("test does not know module " + name);
-}
 
 TEST(TorchAoCheckpoint, Int8DynamicLayersEqualTorchaosLinear) {
   const auto golden = formats::SafetensorsFile::open(kDir + "/golden.safetensors");
