@@ -44,6 +44,10 @@ W8a8GpuWeights pack_fp8_for_gpu(const Fp8Weights& w) {
   auto impl = std::make_unique<W8a8GpuWeights::Impl>();
   W8a8GpuWeights::Impl& p = *impl;
   LOWBIT_CUDA_CHECK(cudaGetDevice(&p.device));
+  int major = 0, minor = 0;
+  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device));
+  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, p.device));
+  p.e4m3_mma = major * 10 + minor >= 89;
   p.type = W8a8GpuWeights::Type::FP8;
   p.n = w.rows;
   p.k = w.cols;

@@ -149,11 +149,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2) fp8_gemv_kernel(cons
 }  // namespace
 
 bool fp8_gemv_applies(const W8a8GpuWeights::Impl& w, int64_t m) {
-  if (m < 1 || m > kFp8GemvMaxRows || !w.k_const || w.k % 16 != 0) return false;
-  int major = 0, minor = 0;
-  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, w.device));
-  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, w.device));
-  return major * 10 + minor >= 89;
+  return m >= 1 && m <= kFp8GemvMaxRows && w.k_const && w.k % 16 == 0 && w.e4m3_mma;
 }
 
 void launch_fp8_gemv(const uint8_t* qx, const float* sx, const W8a8GpuWeights::Impl& w,

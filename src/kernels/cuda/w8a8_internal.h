@@ -23,6 +23,7 @@ struct W8a8GpuWeights::Impl {
   Type type = Type::FP8;
   int64_t n = 0, k = 0;
   int device = 0;
+  bool e4m3_mma = false;  // the device has e4m3 tensor-core mma (sm_89+): the FP8 GEMV runs
   DeviceBuffer<uint8_t> codes;  // [n, k]: e4m3 bit patterns, or signed int8 codes
 
   // FP8 scales, in every layout a path wants.
