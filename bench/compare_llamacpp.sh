@@ -19,7 +19,10 @@
 #      --decode-tokens TG --repeats R. The table gives, per format, the best rate over all
 #      repetitions of all rounds (llama-bench: best of its per-repetition samples; lowbit bench:
 #      its best repetition), the ratios lowbit / llama.cpp, and the STREAM triad bandwidth that
-#      lowbit bench measures in each of its runs.
+#      lowbit bench measures in each of its runs. GGUF-Q8_0 / GGUF-Q4_0: lowbit on the very files
+#      llama.cpp runs (issue 9; Q4_0 / Q8_0 projections on the int kernels, the Q6_K tied output
+#      decoded at load to bf16 with --dtype bfloat16).
+#   FORMATS="GGUF-Q4_0 Q4_0 ..." runs only those steps (format names as in the table).
 #
 # Environment: LOWBIT (default build/bin/lowbit of this repo), LLAMACPP_GIT (default
 # /work/.mirror/ggerganov+llama.cpp/repo), LLAMACPP_REV (default HEAD of that git dir),
@@ -144,6 +147,7 @@ EOF
   done
   local scheme
   for scheme in W4A16 W8A8 FP8_DYNAMIC; do
+    if [[ -n ${FORMATS:-} && " $FORMATS " != *" ${scheme%_DYNAMIC} "* ]]; then continue; fi
     if [[ ! -f $WORK/lowbit-${scheme,,}/config.json ]]; then
       log "lowbit quantize --scheme $scheme --algo rtn"
       "$LOWBIT" quantize "$SYNTH" -o "$WORK/lowbit-${scheme,,}" --scheme "$scheme" --algo rtn \
@@ -155,10 +159,10 @@ EOF
 # 5. timing ------------------------------------------------------------------------------------
 RESULTS=$WORK/results.jsonl
 
-run_lowbit() {  # FORMAT DIR
+run_lowbit() {  # FORMAT DIR-or-GGUF [lowbit flags]
   log "round $ROUND: lowbit bench $1"
   local out
-  out=$("$LOWBIT" bench "$2" -t "$THREADS" --prompt-tokens "$PP" --decode-tokens "$TG" --repeats "$REPEATS" --json | tail -n 1)
+  out=$("$LOWBIT" bench "$2" "${@:3}" -t "$THREADS" --prompt-tokens "$PP" --decode-tokens "$TG" --repeats "$REPEATS" --json | tail -n 1)
   printf '{"round": %d, "tool": "lowbit", "format": "%s", "result": %s}\n' "$ROUND" "$1" "$out" >>"$RESULTS"
 }
 
@@ -179,7 +183,17 @@ run_round() {
     "run_lowbit W4A16 $WORK/lowbit-w4a16"
     "run_llamacpp Q4_0 $WORK/gguf/q4_0.gguf"
     "run_lowbit FP8 $WORK/lowbit-fp8_dynamic"
+    "run_lowbit GGUF-Q8_0 $WORK/gguf/q8_0.gguf --dtype bfloat16"
+    "run_lowbit GGUF-Q4_0 $WORK/gguf/q4_0.gguf --dtype bfloat16"
   )
+  if [[ -n ${FORMATS:-} ]]; then  # keep the steps whose format (second word) FORMATS names
+    local kept=() step
+    for step in "${steps[@]}"; do
+      read -r _ format _ <<<"$step"
+      [[ " $FORMATS " == *" $format "* ]] && kept+=("$step")
+    done
+    steps=("${kept[@]}")
+  fi
   local i n=${#steps[@]}
   for ((i = 0; i < n; ++i)); do
     if ((ROUND % 2)); then ${steps[i]}; else ${steps[n - 1 - i]}; fi
@@ -210,7 +224,8 @@ for line in open(path):
             elif test["n_gen"] == tg and test["n_prompt"] == 0:
                 b["tg"] = max(b["tg"], rate)
                 b["gbps"] = max(b["gbps"], test["model_size"] * rate / 1e9)
-pairs = [("BF16", "BF16"), ("W8A8", "Q8_0"), ("W4A16", "Q4_0"), ("FP8", "Q8_0")]
+pairs = [("BF16", "BF16"), ("W8A8", "Q8_0"), ("W4A16", "Q4_0"), ("FP8", "Q8_0"),
+         ("GGUF-Q8_0", "Q8_0"), ("GGUF-Q4_0", "Q4_0")]
 print(f"| format (lowbit / llama.cpp) | lowbit pp{pp} tok/s | lowbit tg{tg} tok/s | lowbit weight GB/s "
       f"| llama.cpp pp{pp} | llama.cpp tg{tg} | llama.cpp weight GB/s | pp ratio | tg ratio |")
 print("|---|---|---|---|---|---|---|---|---|")

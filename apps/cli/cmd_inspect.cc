@@ -92,8 +92,25 @@ int run_inspect_gguf(const std::string& path, const InspectOptions& options) {
   std::printf("tokenizer        %s (pre %s)\n", text("tokenizer.ggml.model").c_str(),
               text("tokenizer.ggml.pre").c_str());
   try {
-    print_model_config(models::parse_model_config(models::gguf_config_json(*file), path));
-    std::printf("runs on lowbit   yes (quantized tensors are decoded to F32 at load)\n");
+    const std::string config = models::gguf_config_json(*file);
+    print_model_config(models::parse_model_config(config, path));
+    std::printf("runs on lowbit   yes (Q4_0 / Q8_0 projections on the int kernels, other quantized "
+                "tensors decoded to F32 at load)\n");
+    // The modules the gguf method runs (quant/methods/gguf.cc), by type.
+    std::map<std::string, int> int_modules;
+    const nlohmann::json j = nlohmann::json::parse(config);
+    if (j.contains("quantization_config")) {
+      for (const auto& [module, type] : j["quantization_config"]["modules"].items()) {
+        ++int_modules[type.get<std::string>()];
+      }
+    }
+    std::string line;
+    for (const auto& [type, n] : int_modules) {
+      line += (line.empty() ? "" : "; ") + type + ": " + std::to_string(n) + " module(s) (wna16, " +
+              (type == "Q4_0" ? "W4A16" : "W8A16") + " group 32)";
+    }
+    std::printf("int kernels      %s\n",
+                line.empty() ? "none (no Q4_0 / Q8_0 projection)" : line.c_str());
   } catch (const Error& e) {
     std::printf("runs on lowbit   no: %s\n", e.what());
   }

@@ -8,9 +8,22 @@
 #include "command.h"
 #include "lowbit/quant_method.h"
 #include "options.h"
+#include "quant/methods/gpu_linear_kernels.h"
+
+#ifdef LOWBIT_CUDA_BACKEND
+#include "kernels/cuda/device_info.h"
+#endif
 
 namespace lowbit::cli {
 namespace {
+
+#ifdef LOWBIT_CUDA_BACKEND
+// The first CUDA device's compute capability (-1: none), for Platform::current().
+int first_cuda_device() {
+  const std::vector<kernels::cuda::DeviceInfo> devices = kernels::cuda::list_devices();
+  return devices.empty() ? -1 : devices.front().compute_capability;
+}
+#endif
 
 struct Column {
   const char* name;
@@ -67,15 +80,56 @@ nlohmann::json to_json(const quant::MethodDescription& d, const std::vector<Colu
   for (const Column& c : columns) j["support"][c.name] = runs_on(d, c.platform);
   j["kernels"] = nlohmann::json::array();
   for (const quant::KernelSpec& k : d.kernels) {
-    j["kernels"].push_back({{"name", k.name},
-                            {"implements", k.implements},
-                            {"runs_here", k.runs_on(quant::Platform::current())},
-                            {"missing_here", k.missing_on(quant::Platform::current())}});
+    nlohmann::json kj = {{"name", k.name},
+                         {"implements", k.implements},
+                         {"runs_here", k.runs_on(quant::Platform::current())},
+                         {"missing_here", k.missing_on(quant::Platform::current())}};
+    if (k.isa == quant::KernelSpec::Isa::Cuda) {
+      kj["isa"] = "cuda";
+      kj["min_capability"] = k.min_capability;
+    } else {
+      kj["isa"] = "cpu";
+    }
+    j["kernels"].push_back(kj);
   }
   return j;
 }
 
+// What the GPU columns mean for this binary: which compiled architectures it holds, the
+// generations they run on, and how to build for the others.
+std::string gpu_footer(const std::vector<Column>& columns) {
+  if (!quant::cuda_backend_built()) {
+    return "This lowbit was built without the CUDA backend: no method declares a GPU kernel and no "
+           "GPU is probed, so the GPU columns say \"-\" (configure with -DLOWBIT_CUDA=ON on a "
+           "machine with nvcc; docs/gpu.md).\n";
+  }
+  std::string runs, lacks;
+  for (const Column& c : columns) {
+    const int cc = c.platform.cuda_capability;
+    // Volta and Turing: no kernel's code runs there, whatever the build.
+    if (cc < 80 || &c == &columns.back()) continue;
+    const bool has = quant::cuda_code_capability(cc, quant::cuda_architectures()) >= 0;
+    std::string& list = has ? runs : lacks;
+    list += (list.empty() ? "" : ", ") + std::string(c.name);
+  }
+  std::string s =
+      "A GPU column says yes when one of the method's CUDA kernels (the GPU backend: bf16 "
+      "activations, sm_80 and later; FP8 W8A8 on e4m3 tensor cores, sm_89 and later) runs on that "
+      "generation; unquantized layers run on bf16_cuda. This binary holds GPU code for " +
+      quant::cuda_architectures_text() + " (CMAKE_CUDA_ARCHITECTURES), which runs on " +
+      (runs.empty() ? std::string("none of these generations") : runs);
+  if (!lacks.empty()) {
+    s += "; for " + lacks + ", configure with -DCMAKE_CUDA_ARCHITECTURES=\"80;89;90a\" (their "
+         "PTX also JIT-compiles for newer GPUs)";
+  }
+  s += ". \"this machine\" counts only code this binary holds.\n";
+  return s;
+}
+
 int run_methods(const std::vector<std::string>& plugins, bool json) {
+#ifdef LOWBIT_CUDA_BACKEND
+  quant::set_cuda_device_probe(&first_cuda_device);
+#endif
   load_cli_plugins(plugins);
   const std::vector<Column> columns = matrix_columns();
   std::vector<std::pair<std::string, quant::MethodDescription>> methods;
@@ -122,12 +176,12 @@ int run_methods(const std::vector<std::string>& plugins, bool json) {
                 d.online ? "; online quantization of unquantized checkpoints" : "");
     for (const quant::KernelSpec& k : d.kernels) {
       const std::string missing = k.missing_on(quant::Platform::current());
-      std::printf("  kernel %-8s %s%s\n", k.name.c_str(), k.implements.c_str(),
+      std::printf("  kernel %-14s %s%s\n", k.name.c_str(), k.implements.c_str(),
                   missing.empty() ? "" : (" [not here: " + missing + "]").c_str());
     }
   }
-  std::printf("\nThe matrix is derived from the kernels each method declares; GPU kernels arrive "
-              "with the CUDA backend.\n");
+  std::printf("\nThe matrix is derived from the kernels each method declares. %s",
+              gpu_footer(columns).c_str());
   return 0;
 }
 

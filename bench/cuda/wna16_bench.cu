@@ -5,6 +5,7 @@
 // Counting. int4 group 128 (fp32 scales): 0.5 + 4/128 = 0.531 bytes per weight; int8 per-channel:
 // ~1.0; bf16: 2. Bytes = packed weights + x + y; FLOPs = 2·m·n·k.
 //   shape (n×k)          int4 g128   floor @4.8 TB/s   bf16      int8/ch
+//   qkv 6144×4096        13.4 MB     2.8 µs            50.3 MB   25.2 MB   (q, k, v fused)
 //   o 4096×4096          8.9 MB      1.9 µs            33.6 MB   16.8 MB
 //   gate 14336×4096      31.2 MB     6.5 µs            117 MB    58.7 MB
 //   gate_up 28672×4096   62.4 MB     13.0 µs           235 MB    117 MB
@@ -281,7 +282,8 @@ int main() {
     const double copy_bw = copy_bandwidth(stream);
     std::printf("%s, %d SMs; device-to-device copy %.2f TB/s (read + write); spec 4.8 TB/s, 989 TFLOP/s bf16\n",
                 props.name, props.multiProcessorCount, copy_bw * 1e-12);
-    const Case cases[] = {{"o", 4096, 4096}, {"gate", 14336, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+    const Case cases[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate", 14336, 4096},
+                          {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
     for (const Case& c : cases) run_case(c, 4, 128, stream, copy_bw);
     for (const Case& c : cases) run_case(c, 8, c.k, stream, copy_bw);
     cudaStreamDestroy(stream);

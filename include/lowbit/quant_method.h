@@ -37,9 +37,14 @@ struct Platform {
   bool avx512_bf16 = false;
   int cuda_capability = -1;  // -1: no CUDA GPU
   bool rocm = false;         // an AMD GPU
+  // Platform::current() in a CUDA build: the compute capability of this binary's compiled GPU code
+  // that the GPU runs (CMAKE_CUDA_ARCHITECTURES), -1 when the binary holds none for it. 0 (any
+  // other platform, e.g. a GPU generation in `lowbit methods`): not considered, only what the
+  // kernels' code needs is.
+  int cuda_binary_capability = 0;
 
   // This machine, detected once (CPU features; the first CUDA device when the CUDA backend is
-  // built and a GPU is present).
+  // built, a GPU is present and the CLI asked for it: `lowbit methods`).
   static const Platform& current();
   std::string describe() const;  // "x86-64 CPU (avx2 avx512 vnni bf16), no CUDA GPU"
 };

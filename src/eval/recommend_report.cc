@@ -42,8 +42,8 @@ void describe_lowbit(const RecommendRequest& req, Recommendation& rec) {
   rec.lowbit_on_target =
       there.kernel.empty()
           ? "lowbit cannot run it on the " + req.gpu->name + " today: " + there.text +
-                ". No CUDA kernels exist yet (`lowbit methods` shows the registry's hardware "
-                "matrix); serve it on the GPU with vLLM"
+                " (`lowbit methods` shows the registry's hardware matrix); serve it on the GPU "
+                "with vLLM"
           : "lowbit runs it on the " + req.gpu->name + " with " + there.text;
 }
 

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "lowbit/error.h"
+#include "quant/methods/gpu_linear_kernels.h"
+#include "quant/methods/kernel_linear.h"
 #include "quant/scheme/quant_args.h"
 
 namespace lowbit::eval {
@@ -197,7 +199,71 @@ std::string registry_kernel_names() {
   return names;
 }
 
+namespace {
+
+// A GPU target: the kernel GpuLinear::from would pick for the scheme's layers (the table of
+// quant/methods/gpu_linear_kernels.h), if the registry's method declares it and it runs there.
+LowbitKernel gpu_kernel(const SchemeFacts& scheme, const quant::Platform& platform) {
+  LowbitKernel out;
+  if (!quant::cuda_backend_built()) {
+    out.text = "this lowbit was built without the CUDA backend";
+    return out;
+  }
+  quant::GpuLinearCase layer;
+  quant::InputQuant input;
+  if (scheme.weights != WeightFormat::None) {
+    const quant::QuantScheme qs = quant::preset_scheme(scheme.name, {"Linear"});
+    layer.weights = scheme.weights == WeightFormat::Int   ? quant::GpuLinearCase::Weights::Int
+                    : scheme.weights == WeightFormat::Fp8 ? quant::GpuLinearCase::Weights::Fp8
+                                                          : quant::GpuLinearCase::Weights::Dequantized;
+    layer.bits = scheme.weight_bits;
+    if (qs.input_activations) {
+      input.args = *qs.input_activations;
+      layer.input = &input;
+    }
+  }
+  layer.cols = 4096;  // a typical hidden size (FP8_BLOCK's 128-wide input groups divide it)
+  const quant::GpuLinearChoice choice = quant::choose_gpu_linear(layer);
+  if (choice.kernel == quant::GpuLinearKernel::None) {
+    out.text = choice.why_not;
+    return out;
+  }
+  const quant::KernelSpec spec = quant::gpu_linear_kernel_spec(choice.kernel);
+  const std::string missing = spec.missing_on(platform);
+  if (!missing.empty()) {
+    out.text = "kernel " + spec.name + " " + missing;
+    return out;
+  }
+  out.kernel = spec.name;
+  out.dequant_only = scheme.weights != WeightFormat::None && choice.kernel == quant::GpuLinearKernel::Bf16;
+  out.text = "kernel " + spec.name;
+  if (scheme.weights == WeightFormat::None) return out;
+  bool declared = false;
+  for (const quant::KernelSpec& k : quant::describe_quantization(kMethod).kernels) {
+    declared = declared || k.name == spec.name;
+  }
+  if (!declared) {
+    out.kernel.clear();
+    out.text = "the registry's " + std::string(kMethod) + " method declares no " + spec.name;
+    return out;
+  }
+  if (out.dequant_only) out.text += " (weights dequantized to bf16 at load: no memory saved)";
+  if (quant::cuda_code_capability(platform.cuda_capability, quant::cuda_architectures()) <
+      spec.min_capability) {
+    out.text += " once built for it (this binary holds GPU code for " +
+                quant::cuda_architectures_text() + ": -DCMAKE_CUDA_ARCHITECTURES=" +
+                std::to_string(platform.cuda_capability) + ")";
+  }
+  out.text += ", " + fixed(scheme.bits_per_weight, 3) + " bits per weight on disk";
+  return out;
+}
+
+}  // namespace
+
 LowbitKernel lowbit_kernel(const SchemeFacts& scheme, const quant::Platform& platform) {
+  if (!platform.x86 && !platform.arm && platform.cuda_capability >= 0) {
+    return gpu_kernel(scheme, platform);
+  }
   LowbitKernel out;
   if (scheme.weights == WeightFormat::None) {
     out.kernel = "dense";
@@ -206,7 +272,8 @@ LowbitKernel lowbit_kernel(const SchemeFacts& scheme, const quant::Platform& pla
   }
   const quant::MethodDescription method = quant::describe_quantization(kMethod);
   const bool cpu = platform.cuda_capability < 0 && !platform.rocm;
-  // On a CPU the family is known (compressed_tensors.cc); a GPU takes the first kernel that runs.
+  // On a CPU the family is known (compressed_tensors.cc); an AMD GPU takes the first kernel that
+  // runs (none today).
   for (const quant::KernelSpec& k : method.kernels) {
     if ((cpu && k.name != scheme.cpu_kernel) || !k.runs_on(platform)) continue;
     out.kernel = k.name;

@@ -8,6 +8,7 @@
 #include "core/float_convert.h"
 #include "gpu/gpu_kernels.h"
 #include "lowbit/error.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 
 namespace lowbit::gpu {
@@ -47,13 +48,6 @@ std::vector<uint16_t> dequantize_bits(const kernels::Fp8Weights& w) {
     }
   }
   return out;
-}
-
-std::string describe_input(const quant::InputQuant& in) {
-  const quant::QuantArgs& a = in.args;
-  return std::string(a.type == quant::QuantType::Float ? "float" : "int") +
-         std::to_string(a.num_bits) + " " + quant::to_string(a.strategy) +
-         (a.is_dynamic() ? " dynamic" : " static") + (a.symmetric ? "" : " asymmetric");
 }
 
 // The CPU's fp8 input quantization schemes that act_quant.h implements.
@@ -203,6 +197,65 @@ std::optional<GpuLinear> GpuLinear::fused_fp8(const std::vector<const models::Li
   return g;
 }
 
+std::optional<GpuLinear> GpuLinear::fused_wna16(const std::vector<const models::Linear*>& parts,
+                                                const std::vector<Split>& splits, int rank,
+                                                const std::string& name) {
+  LOWBIT_CHECK_AS(Internal, parts.size() == splits.size(), "fused_wna16: one split per part");
+  kernels::IntWeights fused;
+  std::vector<uint16_t> bias;
+  bool any_bias = false;
+  std::vector<kernels::IntWeights> cut(parts.size());
+  const kernels::IntWeights* first = nullptr;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto* method = dynamic_cast<const quant::KernelLinear*>(parts[i]->method.get());
+    if (method == nullptr || method->input_quant() || method->int_weights() == nullptr ||
+        splits[i].dim == Split::Dim::COLS) {
+      return std::nullopt;
+    }
+    const kernels::IntWeights& whole = *method->int_weights();
+    if (first == nullptr) first = &whole;
+    // One packed layout for all parts: the same width, columns, groups and column order.
+    if ((whole.bits != 4 && whole.bits != 8) || whole.bits != first->bits ||
+        whole.cols != first->cols || whole.group_size != first->group_size ||
+        whole.g_idx != first->g_idx) {
+      return std::nullopt;
+    }
+    cut[i] = slice_int_weights(whole, splits[i], name);
+  }
+  const bool any_zeros = std::any_of(cut.begin(), cut.end(), [](const kernels::IntWeights& w) {
+    return !w.zeros.empty();
+  });
+  fused.bits = cut[0].bits;
+  fused.cols = cut[0].cols;
+  fused.group_size = cut[0].group_size;
+  fused.g_idx = cut[0].g_idx;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    kernels::IntWeights& part = cut[i];
+    fused.codes.insert(fused.codes.end(), part.codes.begin(), part.codes.end());
+    fused.scales.insert(fused.scales.end(), part.scales.begin(), part.scales.end());
+    if (any_zeros) {  // a symmetric part's implicit zero point 2^(bits-1), written out
+      if (part.zeros.empty()) {
+        fused.zeros.insert(fused.zeros.end(), static_cast<size_t>(part.rows * part.groups()),
+                           static_cast<uint8_t>(1 << (part.bits - 1)));
+      } else {
+        fused.zeros.insert(fused.zeros.end(), part.zeros.begin(), part.zeros.end());
+      }
+    }
+    fused.rows += part.rows;
+    const std::vector<float> b = slice_bias(parts[i]->bias, splits[i], rank);
+    any_bias = any_bias || !b.empty();
+    const std::vector<uint16_t> bits = bias_bits(b, part.rows);
+    bias.insert(bias.end(), bits.begin(), bits.end());
+  }
+  GpuLinear g;
+  g.kind_ = Kind::WNA16;
+  g.n_ = fused.rows;
+  g.k_ = fused.cols;
+  g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(kc::pack_wna16_for_gpu(fused));
+  if (any_bias) g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias));
+  return g;
+}
+
 GpuLinear GpuLinear::random_dense(int64_t n, int64_t k, uint64_t seed) {
   GpuLinear g;
   g.n_ = n;
@@ -270,50 +323,43 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const Split& split, int 
     part = slice(*whole, split, name);
     return static_cast<decltype(whole)>(&*part);
   };
-  if (const kernels::IntWeights* whole = method->int_weights()) {
-    if (!input) {
-      if (whole->bits == 4 || whole->bits == 8) {
-        g.kind_ = Kind::WNA16;
-        g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(
-            kc::pack_wna16_for_gpu(*part_of(whole, int_part, slice_int_weights)));
-      } else {
-        dense_from(dequantize_bits(*whole));  // other widths: exact weights in bf16
-      }
-      return g;
-    }
-    if (!int8_activations(*input, g.int8_act_)) {
-      unsupported(name, method_name, kernel,
-                  "int weights with " + describe_input(*input) + " inputs have no GPU kernel");
-    }
-    g.kind_ = Kind::W8A8_INT;
-    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(
-        kc::pack_int8_for_gpu(*part_of(whole, int_part, slice_int_weights)));
-    return g;
-  }
-  if (const kernels::Fp8Weights* whole = method->fp8_weights()) {
-    if (!input) {
-      dense_from(dequantize_bits(*whole));
-      return g;
-    }
-    if (!fp8_activations(*input, g.k_, g.fp8_act_)) {
-      unsupported(name, method_name, kernel,
-                  "fp8 weights with " + describe_input(*input) + " inputs have no GPU kernel");
-    }
-    g.kind_ = Kind::W8A8_FP8;
-    g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(
-        kc::pack_fp8_for_gpu(*part_of(whole, fp8_part, slice_fp8_weights)));
-    return g;
-  }
-  if (kernel.rfind("dequant", 0) != 0) {
+  const kernels::IntWeights* int_whole = method->int_weights();
+  const kernels::Fp8Weights* fp8_whole = method->fp8_weights();
+  if (int_whole == nullptr && fp8_whole == nullptr && kernel.rfind("dequant", 0) != 0) {
     throw InvalidArgument("--device cuda: " + name + " (" + kernel +
                           ") kept no canonical weights: load the CPU model with "
                           "gpu::load_model_for_gpu (or KernelLinear::set_keep_canonical_weights)");
   }
-  if (input) {
-    unsupported(name, method_name, kernel,
-                "its " + describe_input(*input) + " input quantization has no GPU kernel");
+  // The kernel comes from the table `lowbit methods` declares (quant/methods/gpu_linear_kernels.h).
+  const quant::GpuLinearChoice choice =
+      quant::choose_gpu_linear(quant::gpu_linear_case(*method, g.k_));
+  switch (choice.kernel) {
+    case quant::GpuLinearKernel::None: unsupported(name, method_name, kernel, choice.why_not);
+    case quant::GpuLinearKernel::Bf16:  // exact weights in bf16
+      dense_from(int_whole   ? dequantize_bits(*int_whole)
+                 : fp8_whole ? dequantize_bits(*fp8_whole)
+                             : to_bf16_bits(linear.method->dequantized_weight()));
+      return g;
+    case quant::GpuLinearKernel::Wna16:
+      g.kind_ = Kind::WNA16;
+      g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(
+          kc::pack_wna16_for_gpu(*part_of(int_whole, int_part, slice_int_weights)));
+      return g;
+    case quant::GpuLinearKernel::W8a8Int8:
+      LOWBIT_CHECK_AS(Internal, int8_activations(*input, g.int8_act_),
+                      name + ": int8 inputs the GPU table accepts but int8_activations does not");
+      g.kind_ = Kind::W8A8_INT;
+      g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(
+          kc::pack_int8_for_gpu(*part_of(int_whole, int_part, slice_int_weights)));
+      return g;
+    case quant::GpuLinearKernel::W8a8Fp8:
+      LOWBIT_CHECK_AS(Internal, fp8_activations(*input, g.k_, g.fp8_act_),
+                      name + ": fp8 inputs the GPU table accepts but fp8_activations does not");
+      g.kind_ = Kind::W8A8_FP8;
+      g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(
+          kc::pack_fp8_for_gpu(*part_of(fp8_whole, fp8_part, slice_fp8_weights)));
+      return g;
   }
-  dense_from(to_bf16_bits(linear.method->dequantized_weight()));
   return g;
 }
 

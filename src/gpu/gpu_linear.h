@@ -53,6 +53,13 @@ class GpuLinear {
   static std::optional<GpuLinear> fused_fp8(const std::vector<const models::Linear*>& parts,
                                             const std::vector<Split>& splits, int rank,
                                             const std::string& name);
+  // Row-wise concatenation of weight-only int layers (W4A16 / W8A16: q/k/v, gate/up) with one packed
+  // layout (same bits, columns, group size and g_idx; symmetric parts get their implicit zero point
+  // written out when another part has zero points): one GEMV launch instead of one per part, the
+  // same products. nullopt when the parts do not qualify.
+  static std::optional<GpuLinear> fused_wna16(const std::vector<const models::Linear*>& parts,
+                                              const std::vector<Split>& splits, int rank,
+                                              const std::string& name);
   // One layer (its `split`) on the kernel its weights call for. `rank` decides who adds the bias
   // of a column split (rank 0). `name` ("layers.3.self_attn.q_proj") and `method_name` (the
   // checkpoint's quantization) appear in Unsupported messages.

@@ -87,17 +87,22 @@ void upload_layer(const models::Model& cpu, size_t index, Shard& im, GpuLayer& g
     return;
   }
   const Split q_rows = plan.q_rows(im.head_dim), kv_rows = plan.kv_rows(im.head_dim);
-  // Fused when every part is dense; q/k norms want q and k as dense [rows · heads, head_dim].
-  std::optional<GpuLinear> fp8_qkv;
+  // Fused when every part is dense, or all are FP8 W8A8 / weight-only int layers of one layout (one
+  // launch instead of three); q/k norms want q and k as dense [rows · heads, head_dim].
+  std::optional<GpuLinear> quant_qkv;
   if (a.q_norm.empty()) {
-    fp8_qkv = GpuLinear::fused_fp8({&a.q, &a.k, &a.v}, {q_rows, kv_rows, kv_rows}, rank,
+    quant_qkv = GpuLinear::fused_fp8({&a.q, &a.k, &a.v}, {q_rows, kv_rows, kv_rows}, rank,
                                    prefix + "self_attn.qkv_proj");
+    if (!quant_qkv) {
+      quant_qkv = GpuLinear::fused_wna16({&a.q, &a.k, &a.v}, {q_rows, kv_rows, kv_rows}, rank,
+                                       prefix + "self_attn.qkv_proj");
+    }
   }
   if (is_dense(a.q) && is_dense(a.k) && is_dense(a.v) && a.q_norm.empty()) {
     g.qkv.push_back(GpuLinear::fused_dense({&a.q, &a.k, &a.v}, {q_rows, kv_rows, kv_rows},
                                            prefix + "self_attn.qkv_proj"));
-  } else if (fp8_qkv) {
-    g.qkv.push_back(std::move(*fp8_qkv));
+  } else if (quant_qkv) {
+    g.qkv.push_back(std::move(*quant_qkv));
   } else {
     g.qkv.push_back(GpuLinear::from(a.q, q_rows, rank, prefix + "self_attn.q_proj", method));
     g.qkv.push_back(GpuLinear::from(a.k, kv_rows, rank, prefix + "self_attn.k_proj", method));
@@ -105,13 +110,17 @@ void upload_layer(const models::Model& cpu, size_t index, Shard& im, GpuLayer& g
   }
   g.o = GpuLinear::from(a.o, plan.o_cols(im.head_dim), rank, prefix + "self_attn.o_proj", method);
   const Split mlp_rows = plan.mlp_rows();
-  std::optional<GpuLinear> fp8_gate_up =
+  std::optional<GpuLinear> quant_gate_up =
       GpuLinear::fused_fp8({&m.gate, &m.up}, {mlp_rows, mlp_rows}, rank, prefix + "mlp.gate_up_proj");
+  if (!quant_gate_up) {
+    quant_gate_up = GpuLinear::fused_wna16({&m.gate, &m.up}, {mlp_rows, mlp_rows}, rank,
+                                         prefix + "mlp.gate_up_proj");
+  }
   if (is_dense(m.gate) && is_dense(m.up)) {
     g.gate_up.push_back(GpuLinear::fused_dense({&m.gate, &m.up}, {mlp_rows, mlp_rows},
                                                prefix + "mlp.gate_up_proj"));
-  } else if (fp8_gate_up) {
-    g.gate_up.push_back(std::move(*fp8_gate_up));
+  } else if (quant_gate_up) {
+    g.gate_up.push_back(std::move(*quant_gate_up));
   } else {
     g.gate_up.push_back(GpuLinear::from(m.gate, mlp_rows, rank, prefix + "mlp.gate_proj", method));
     g.gate_up.push_back(GpuLinear::from(m.up, mlp_rows, rank, prefix + "mlp.up_proj", method));

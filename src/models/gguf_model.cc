@@ -67,6 +67,17 @@ std::string hf_name(const std::string& name) {
   return "";
 }
 
+// The Hugging Face module ("model.layers.0.self_attn.q_proj", "lm_head") whose weight `info` is
+// when it runs on the int kernels through the gguf quantization method (quant/methods/gguf.cc): a
+// projection or the LM head stored as Q4_0 or Q8_0. "" for every other tensor (decoded at load).
+std::string int_kernel_module(const GgufTensorInfo& info) {
+  if (info.type != GgmlType::Q4_0 && info.type != GgmlType::Q8_0) return "";
+  if (info.ne.size() != 2) return "";
+  const std::string name = hf_name(info.name);
+  if (name != "lm_head.weight" && !ends_with(name, "_proj.weight")) return "";
+  return name.substr(0, name.size() - std::string(".weight").size());
+}
+
 bool is_plain(GgmlType type) {
   return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
 }
@@ -223,6 +234,15 @@ std::string gguf_config_json(const GgufFile& file) {
   } else {
     config["vocab_size"] = file.get_uint(p + "vocab_size");
   }
+  // Q4_0 / Q8_0 projections run on the int kernels: the gguf method, told which modules.
+  nlohmann::json modules = nlohmann::json::object();
+  for (const GgufTensorInfo& info : file.tensors()) {
+    const std::string module = int_kernel_module(info);
+    if (!module.empty()) modules[module] = std::string(formats::ggml_type_name(info.type));
+  }
+  if (!modules.empty()) {
+    config["quantization_config"] = {{"quant_method", "gguf"}, {"modules", modules}};
+  }
   config["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
   config["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   config["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
@@ -251,14 +271,28 @@ formats::Checkpoint gguf_checkpoint(const std::shared_ptr<GgufFile>& file, int64
   for (const GgufTensorInfo& info : file->tensors()) {
     std::string name = hf_name(info.name);
     if (name.empty()) name = info.name;  // reported as unused by the weight loader
-    Tensor t = load_tensor(file, info, decoded_dtype);
     const std::string where = file->path() + ": tensor '" + info.name + "'";
+    int64_t permuted_heads = 0;
     if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias")) {
-      t = unpermute_rows(t, num_heads, where);
+      permuted_heads = num_heads;
     } else if (ends_with(name, "self_attn.k_proj.weight") ||
                ends_with(name, "self_attn.k_proj.bias")) {
-      t = unpermute_rows(t, num_kv_heads, where);
+      permuted_heads = num_kv_heads;
     }
+    Tensor t;
+    if (const std::string module = int_kernel_module(info); !module.empty()) {
+      // The blocks as stored, one row of blocks per output feature: the gguf method's qweight.
+      // Moving whole rows moves each row's codes and scales together, so the permutation below
+      // applies to it unchanged.
+      name = module + ".qweight";
+      const int64_t rows = info.ne[1];
+      std::span<const uint8_t> bytes = file->tensor_data(info);
+      t = Tensor::view(DType::U8, {rows, static_cast<int64_t>(bytes.size()) / rows},
+                       const_cast<uint8_t*>(bytes.data()), std::shared_ptr<const void>(file));
+    } else {
+      t = load_tensor(file, info, decoded_dtype);
+    }
+    if (permuted_heads > 0) t = unpermute_rows(t, permuted_heads, where);
     tensors.emplace(std::move(name), std::move(t));
   }
   return formats::Checkpoint::from_tensors(file->path(), std::move(tensors));

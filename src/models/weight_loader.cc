@@ -329,7 +329,7 @@ DecoderWeights load_decoder_weights(const formats::Checkpoint& checkpoint, const
   } else {
     const std::string head = names.lm_head.substr(0, names.lm_head.rfind(".weight"));
     if (!checkpoint.has(names.lm_head) && !checkpoint.has(head + ".weight_packed") &&
-        !checkpoint.has(head + ".weight_scale")) {
+        !checkpoint.has(head + ".weight_scale") && !checkpoint.has(head + ".qweight")) {
       throw InvalidArgument(checkpoint.path() + ": tensor '" + names.lm_head + "' is missing and " +
                             c.source + " has tie_word_embeddings false");
     }

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <string>
@@ -17,7 +18,20 @@ namespace lowbit::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // the per-group kernel's block (a warp per group)
+// Per-row kernels: one block per row. Few rows (decode steps): as many threads as the row has
+// vectors of V inputs (32 to 1024), so each thread loads one or two vectors per pass instead of
+// looping: a 14336-wide row took 7.7 us with 256 threads on the H200 (seven dependent load rounds
+// per pass), ~4 us with 1024. Many rows (prefill): 256 threads, more blocks resident per SM to hide
+// the latency (1024-thread blocks were 15-18 % slower at m = 2048). bench/NOTES.md "Session 18".
+constexpr int kMaxRowThreads = 1024;
+constexpr int64_t kWideRowsBelow = 128;
+
+unsigned row_threads(int64_t m, int64_t k, int v) {
+  if (m >= kWideRowsBelow) return kThreads;
+  const int64_t vectors = (k + v - 1) / v;
+  return static_cast<unsigned>(std::min<int64_t>(kMaxRowThreads, std::max<int64_t>(32, (vectors + 31) / 32 * 32)));
+}
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
   return __uint_as_float(static_cast<uint32_t>(h) << 16);
@@ -73,14 +87,15 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The block's maximum (blockDim.x a multiple of 32, at most kMaxRowThreads).
 __device__ float block_max(float v) {
-  __shared__ float partial[kThreads / 32];
+  __shared__ float partial[kMaxRowThreads / 32];
   v = warp_max(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < kThreads / 32 ? partial[lane] : 0.0f;
+    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
     v = warp_max(v);
     if (lane == 0) partial[0] = v;
   }
@@ -110,7 +125,7 @@ __device__ void write_padding_row(const KernelArgs& a, int64_t i, int columns) {
 
 // One scale per row (dynamic per token, static, or per-tensor dynamic).
 template <bool kFp8, int V>
-__global__ void __launch_bounds__(kThreads) quant_rows_kernel(KernelArgs a) {
+__global__ void __launch_bounds__(kMaxRowThreads) quant_rows_kernel(KernelArgs a) {
   pdl_begin();
   const int64_t i = blockIdx.x;
   if (i >= a.m) {
@@ -196,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) quant_groups_kernel(KernelArgs a) {
 // Per-tensor absmax: each block reduces one row, then one atomic max on the float's bits (valid
 // for non-negative floats, which order like their bit patterns; NaN never reaches it).
 template <int V>
-__global__ void __launch_bounds__(kThreads) row_amax_kernel(const uint16_t* x, int64_t k, float* amax) {
+__global__ void __launch_bounds__(kMaxRowThreads) row_amax_kernel(const uint16_t* x, int64_t k, float* amax) {
   const uint16_t* row = x + int64_t(blockIdx.x) * k;
   float local = 0.0f;
   for (int64_t c = int64_t(threadIdx.x) * V; c < k; c += int64_t(blockDim.x) * V) {
@@ -250,9 +265,9 @@ void launch_act_quant(const ActQuantArgs& a, cudaStream_t stream) {
   if (a.tensor_amax != nullptr && a.m > 0) {
     LOWBIT_CUDA_CHECK(cudaMemsetAsync(a.tensor_amax, 0, sizeof(float), stream));
     if (vec) {
-      row_amax_kernel<8><<<static_cast<unsigned>(a.m), kThreads, 0, stream>>>(a.x, a.k, a.tensor_amax);
+      row_amax_kernel<8><<<static_cast<unsigned>(a.m), row_threads(a.rows_out, a.k, 8), 0, stream>>>(a.x, a.k, a.tensor_amax);
     } else {
-      row_amax_kernel<1><<<static_cast<unsigned>(a.m), kThreads, 0, stream>>>(a.x, a.k, a.tensor_amax);
+      row_amax_kernel<1><<<static_cast<unsigned>(a.m), row_threads(a.rows_out, a.k, 1), 0, stream>>>(a.x, a.k, a.tensor_amax);
     }
     LOWBIT_CUDA_CHECK_LAUNCH();
   }
@@ -264,15 +279,15 @@ void launch_act_quant(const ActQuantArgs& a, cudaStream_t stream) {
     }
   } else if (a.fp8) {
     if (vec) {
-      launch_pdl(quant_rows_kernel<true, 8>, grid, kThreads, 0, stream, args);
+      launch_pdl(quant_rows_kernel<true, 8>, grid, row_threads(a.rows_out, a.k, 8), 0, stream, args);
     } else {
-      launch_pdl(quant_rows_kernel<true, 1>, grid, kThreads, 0, stream, args);
+      launch_pdl(quant_rows_kernel<true, 1>, grid, row_threads(a.rows_out, a.k, 1), 0, stream, args);
     }
   } else {
     if (vec) {
-      launch_pdl(quant_rows_kernel<false, 8>, grid, kThreads, 0, stream, args);
+      launch_pdl(quant_rows_kernel<false, 8>, grid, row_threads(a.rows_out, a.k, 8), 0, stream, args);
     } else {
-      launch_pdl(quant_rows_kernel<false, 1>, grid, kThreads, 0, stream, args);
+      launch_pdl(quant_rows_kernel<false, 1>, grid, row_threads(a.rows_out, a.k, 1), 0, stream, args);
     }
   }
   LOWBIT_CUDA_CHECK_LAUNCH();

@@ -9,6 +9,7 @@
 // AWQ's smoothing scales are already folded into the preceding norms / projections.
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 #include "quant/methods/packed_int.h"
 #include "quant/methods/skip_list.h"
@@ -101,6 +102,7 @@ class AwqConfig : public QuantizationConfig {
     d.config_filenames = {"quant_config.json", "quantize_config.json"};
     d.kernels = int_weight_kernels();
     d.kernels.erase(d.kernels.begin() + 1);  // no w8a8: activations stay in float
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

@@ -34,6 +34,7 @@
 #include "core/float_convert.h"
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 
 namespace lowbit::quant {
@@ -443,6 +444,9 @@ class BitsAndBytesConfig : public QuantizationConfig {
     d.layers = {LayerKind::Linear};
     d.kernels = int_weight_kernels();
     d.kernels.erase(d.kernels.begin() + 1);  // wna16 (LLM.int8()), dequant (4-bit); no w8a8
+    // On the GPU LLM.int8() runs weight-only (wna16_cuda, W8A16: its input decomposition is
+    // CPU-only), the 4-bit codes dequantized in bf16.
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

@@ -9,6 +9,7 @@
 //   fp4 / mx / anything else                    → dequant (NVFP4, MXFP4, ...)
 #include "core/float_convert.h"
 #include "lowbit/error.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 #include "quant/scheme/compressed_tensor.h"
 #include "quant/scheme/matching.h"
@@ -162,6 +163,7 @@ class CompressedTensorsMethodConfig : public QuantizationConfig {
     for (KernelSpec& k : fp8_weight_kernels()) {
       if (k.name != "dequant") d.kernels.insert(d.kernels.end() - 1, k);
     }
+    add_gpu_kernels(d);
     return d;
   }
 

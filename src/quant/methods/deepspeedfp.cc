@@ -20,6 +20,7 @@
 #include "core/float_convert.h"
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 
 namespace lowbit::quant {
@@ -225,6 +226,7 @@ class DeepSpeedFpConfig : public QuantizationConfig {
     d.config_filenames = {"quant_config.json", "quantize_config.json"};
     d.kernels = dequant_kernels();
     d.online = true;  // it always quantizes bf16 weights at load
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

@@ -13,6 +13,7 @@
 #include "core/float_convert.h"
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/online_linear.h"
 #include "quant/methods/skip_list.h"
 
@@ -135,6 +136,7 @@ class Fp8Config : public QuantizationConfig {
     d.layers = {LayerKind::Linear, LayerKind::LmHead, LayerKind::Experts};
     d.kernels = fp8_weight_kernels();
     d.online = true;
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

@@ -11,6 +11,7 @@
 
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 #include "quant/methods/packed_int.h"
 #include "quant/methods/skip_list.h"
@@ -147,6 +148,7 @@ class GptqConfig : public QuantizationConfig {
     d.config_filenames = {"quantize_config.json"};
     d.kernels = int_weight_kernels();
     d.kernels.erase(d.kernels.begin() + 1);  // no w8a8: activations stay in float
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

@@ -21,6 +21,7 @@
 #include "core/float_convert.h"
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 #include "quant/methods/online_linear.h"
 #include "quant/scheme/packing.h"
@@ -164,6 +165,7 @@ class ModelOptConfig : public QuantizationConfig {
     d.layers = {LayerKind::Linear, LayerKind::Experts};
     d.config_filenames = {"hf_quant_config.json"};
     d.kernels = fp8_weight_kernels();  // fp8, dequant (NVFP4 uses dequant)
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

@@ -9,6 +9,7 @@
 // On CPUs, which have no fp8 arithmetic, the fp8 input quantization is emulated in fp32 so the
 // numbers are what an fp8 GPU computes.
 #include "lowbit/error.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/online_linear.h"
 
 namespace lowbit::quant {
@@ -52,6 +53,7 @@ class OnlineConfig : public QuantizationConfig {
     d.kernels = s.fp8 ? fp8_weight_kernels() : int_weight_kernels();
     d.online = true;
     d.moe_only = s.moe_only;
+    add_gpu_kernels(d);
     return d;
   }
 

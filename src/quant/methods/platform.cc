@@ -1,9 +1,12 @@
 // The current platform (CPU features, CUDA capability) and which kernels run on it.
 #include "kernels/cpu/cpu_features.h"
 #include "lowbit/quant_method.h"
+#include "quant/methods/gpu_linear_kernels.h"
 
 namespace lowbit::quant {
 namespace {
+
+int (*cuda_probe)() = nullptr;
 
 Platform detect() {
   Platform p;
@@ -17,16 +20,29 @@ Platform detect() {
 #elif defined(__aarch64__)
   p.arm = true;
 #endif
-  // CUDA devices are not probed yet: no method has a CUDA kernel until the GPU backend lands, so
-  // a GPU could not run anything anyway.
+  // The CUDA device comes from the probe the CLI of a CUDA build installs (this library does not
+  // link CUDA): without it, no GPU is seen.
+  if (cuda_probe != nullptr) {
+    p.cuda_capability = cuda_probe();
+    if (p.cuda_capability >= 0) {
+      p.cuda_binary_capability = cuda_code_capability(p.cuda_capability, cuda_architectures());
+    }
+  }
   return p;
+}
+
+Platform& current_platform() {
+  static Platform platform = detect();
+  return platform;
 }
 
 }  // namespace
 
-const Platform& Platform::current() {
-  static const Platform platform = detect();
-  return platform;
+const Platform& Platform::current() { return current_platform(); }
+
+void set_cuda_device_probe(int (*probe)()) {
+  cuda_probe = probe;
+  current_platform() = detect();
 }
 
 std::string Platform::describe() const {
@@ -41,6 +57,9 @@ std::string Platform::describe() const {
   }
   if (cuda_capability >= 0) {
     s += ", CUDA GPU sm_" + std::to_string(cuda_capability);
+    if (cuda_binary_capability < 0) {
+      s += " (this binary has no GPU code for it: built for " + cuda_architectures_text() + ")";
+    }
   } else if (rocm) {
     s += ", AMD GPU";
   } else {
@@ -66,6 +85,18 @@ std::string KernelSpec::missing_on(const Platform& p) const {
         return "needs compute capability in [" + std::to_string(min_capability) + ", " +
                std::to_string(max_capability) + "], this GPU has " +
                std::to_string(p.cuda_capability);
+      }
+      if (p.cuda_binary_capability < 0) {
+        return "this binary has no GPU code for sm_" + std::to_string(p.cuda_capability) +
+               " (built for " + cuda_architectures_text() +
+               "; configure with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(p.cuda_capability) +
+               ")";
+      }
+      if (p.cuda_binary_capability > 0 && p.cuda_binary_capability < min_capability) {
+        return "this GPU runs this binary's sm_" + std::to_string(p.cuda_binary_capability) +
+               " code, the kernel needs sm_" + std::to_string(min_capability) +
+               " (configure with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(p.cuda_capability) +
+               ")";
       }
       return "";
     }

@@ -17,6 +17,7 @@
 
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 #include "quant/methods/online_linear.h"
 #include "quant/methods/packed_int.h"
@@ -259,6 +260,7 @@ class QuarkConfig : public QuantizationConfig {
     for (KernelSpec& k : fp8_weight_kernels()) {
       if (k.name != "dequant") d.kernels.insert(d.kernels.end() - 1, k);
     }
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

@@ -37,6 +37,7 @@
 
 #include "lowbit/error.h"
 #include "quant/methods/config_fields.h"
+#include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
 
 namespace lowbit::quant {
@@ -421,6 +422,7 @@ class TorchAoConfig : public QuantizationConfig {
     d.act_dtypes = {DType::F32, DType::F16, DType::BF16};
     d.layers = {LayerKind::Linear};
     d.kernels = int_weight_kernels();  // wna16, w8a8, dequant (int4 plain: float zero points)
+    add_gpu_kernels(d);
     return d;
   }
   MethodDescription describe() const override { return description(); }

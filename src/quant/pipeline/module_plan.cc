@@ -90,6 +90,12 @@ ModulePlan plan_modules(models::Model& model,
   }
   for (const PlannedLinear& p : plan.linears) {
     if (p.group < 0) continue;
+    // Its weight is held by a quantization method (a quantized checkpoint; a GGUF file's Q4_0 /
+    // Q8_0 projections): there is no float weight to quantize.
+    if (p.linear->method) {
+      throw Unsupported(p.name + " is already quantized (" + model.quantization() +
+                        "): quantize an unquantized checkpoint, or ignore this module");
+    }
     const QuantArgs& args = *groups[static_cast<size_t>(p.group)].second.weights;
     const bool grouped = args.strategy == Strategy::Group || args.strategy == Strategy::TensorGroup;
     // llm-compressor validates this too: a partial last group has no kernel in vLLM.

@@ -7,6 +7,7 @@
 
 #include "eval/recommend.h"
 #include "lowbit/error.h"
+#include "quant/methods/gpu_linear_kernels.h"
 
 namespace lowbit::eval {
 namespace {
@@ -118,10 +119,30 @@ TEST(SchemeSupport, CapabilityDecidesWhatTheGpuComputes) {
 }
 
 TEST(SchemeSupport, RegistryKernelsSayWhatLowbitRuns) {
-  // No CUDA kernels are registered today: the GPU gets none, with the registry's reason.
-  const LowbitKernel gpu = lowbit_kernel(scheme_facts("W4A16"), gpu_platform(*find_gpu("H100")));
-  EXPECT_TRUE(gpu.kernel.empty());
-  EXPECT_NE(gpu.text.find("needs a CPU"), std::string::npos) << gpu.text;
+  // A GPU gets the kernel GpuLinear::from picks, where the build has the CUDA backend.
+  const quant::Platform h100 = gpu_platform(*find_gpu("H100"));
+  const LowbitKernel gpu = lowbit_kernel(scheme_facts("W4A16"), h100);
+  if (quant::cuda_backend_built()) {
+    EXPECT_EQ(gpu.kernel, "wna16_cuda") << gpu.text;
+    EXPECT_EQ(lowbit_kernel(scheme_facts("W8A8"), h100).kernel, "w8a8_int8_cuda");
+    EXPECT_EQ(lowbit_kernel(scheme_facts("FP8_DYNAMIC"), h100).kernel, "w8a8_fp8_cuda");
+    EXPECT_EQ(lowbit_kernel(scheme_facts("FP8_BLOCK"), h100).kernel, "w8a8_fp8_cuda");
+    const LowbitKernel nvfp4a16 = lowbit_kernel(scheme_facts("NVFP4A16"), h100);
+    EXPECT_EQ(nvfp4a16.kernel, "bf16_cuda");
+    EXPECT_TRUE(nvfp4a16.dequant_only);
+    // W4AFP8 (int weights x fp8 inputs) and NVFP4 (fp4 inputs) have no GPU kernel.
+    EXPECT_TRUE(lowbit_kernel(scheme_facts("W4AFP8"), h100).kernel.empty());
+    EXPECT_TRUE(lowbit_kernel(scheme_facts("NVFP4"), h100).kernel.empty());
+    // FP8 W8A8 needs e4m3 tensor cores: not on an A100.
+    const LowbitKernel a100 = lowbit_kernel(scheme_facts("FP8_DYNAMIC"),
+                                            gpu_platform(*find_gpu("A100")));
+    EXPECT_TRUE(a100.kernel.empty());
+    EXPECT_NE(a100.text.find("w8a8_fp8_cuda needs compute capability in [89"), std::string::npos)
+        << a100.text;
+  } else {
+    EXPECT_TRUE(gpu.kernel.empty());
+    EXPECT_NE(gpu.text.find("built without the CUDA backend"), std::string::npos) << gpu.text;
+  }
   const HostTarget host = test_host();
   EXPECT_EQ(lowbit_kernel(scheme_facts("W4A16"), host.platform).kernel, "wna16");
   EXPECT_EQ(lowbit_kernel(scheme_facts("W8A8"), host.platform).kernel, "w8a8");

@@ -7,6 +7,7 @@
 
 #include "eval/recommend.h"
 #include "lowbit/error.h"
+#include "quant/methods/gpu_linear_kernels.h"
 
 namespace lowbit::eval {
 namespace {
@@ -209,10 +210,17 @@ TEST(HardwareBranch, CpuTargetRunsOnLowbitsOwnKernels) {
   EXPECT_TRUE(nvfp4_listed);
 }
 
-TEST(HardwareBranch, GpuTargetsSayLowbitHasNoCudaKernelYet) {
+TEST(HardwareBranch, GpuTargetsNameTheGpuKernelOfThisBuild) {
   const Recommendation r = recommend(request("H100", "8B"));
-  EXPECT_TRUE(contains(r.lowbit_on_target, "No CUDA kernels exist yet")) << r.lowbit_on_target;
   EXPECT_TRUE(contains(r.lowbit_here, "fp8")) << r.lowbit_here;  // FP8_DYNAMIC on the CPU
+  if (quant::cuda_backend_built()) {
+    // GpuLinear::from's kernel for fp8 weights x dynamic fp8 inputs (gpu_linear_kernels.h).
+    EXPECT_TRUE(contains(r.lowbit_on_target, "runs it on the H100 with kernel w8a8_fp8_cuda"))
+        << r.lowbit_on_target;
+  } else {
+    EXPECT_TRUE(contains(r.lowbit_on_target, "built without the CUDA backend"))
+        << r.lowbit_on_target;
+  }
 }
 
 // ---- bottleneck branch --------------------------------------------------------------------------

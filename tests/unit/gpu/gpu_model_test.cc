@@ -24,6 +24,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -240,23 +241,25 @@ TEST_F(GpuRefLlamaTest, ReportsWhatItRuns) {
 // ---------------------------------------------------------------------------------------------
 // A W4A16 checkpoint: the GPU's wna16 kernels against the CPU's on the same int4 weights.
 
-const fs::path& w4a16_dir() {
-  static const fs::path dir = [] {
-    const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "gpu-scratch" / "w4a16";
-    fs::remove_all(out);
-    const auto r = run_lowbit("quantize '" + kModelDir.string() + "' -o '" +
-                                            out.string() + "' --scheme W4A16 --algo rtn --no-progress");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return out;
-  }();
-  return dir;
+// Quantized once per scheme (RTN) into the build tree.
+fs::path w4a16_dir(const std::string& scheme) {
+  static std::map<std::string, fs::path> made;
+  if (made.count(scheme) != 0) return made[scheme];
+  const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "gpu-scratch" / scheme;
+  fs::remove_all(out);
+  const auto r = run_lowbit("quantize '" + kModelDir.string() + "' -o '" + out.string() +
+                            "' --scheme " + scheme + " --algo rtn --no-progress");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return made[scheme] = out;
 }
 
-TEST(GpuW4a16Test, LogitsMatchTheCpuOnTheSameQuantizedWeights) {
-  SKIP_WITHOUT_DEVICE();
-  auto cpu = load_model_for_gpu(w4a16_dir().string(), {}, 0);
+// q/k/v and gate/up run as one fused W4A16 layer each (rows concatenated, one launch): a wrong row
+// order, scale or zero point of a part would move the logits far outside compare_rows' bound.
+// W4A16 (symmetric) and W4A16_ASYM (zero points) take different dequantization paths.
+void expect_w4a16_logits_match_the_cpu(const std::string& scheme) {
+  auto cpu = load_model_for_gpu(w4a16_dir(scheme).string(), {}, 0);
   auto gpu = GpuModel::load(*cpu);
-  EXPECT_NE(gpu->describe().find("wna16 (w4a16)"), std::string::npos) << gpu->describe();
+  EXPECT_NE(gpu->describe().find("wna16 (w4a16) fused"), std::string::npos) << gpu->describe();
   const auto golden = formats::SafetensorsFile::open(
       (kSourceDir / "tests/golden/ref-llama-19m/reference_logits.safetensors").string());
   const int64_t vocab = cpu->config().vocab_size;
@@ -269,7 +272,7 @@ TEST(GpuW4a16Test, LogitsMatchTheCpuOnTheSameQuantizedWeights) {
     EXPECT_EQ(compare_rows(prefill.data_as<const float>(), expected.data_as<const float>(),
                            expected.dim(0), vocab),
               "")
-        << "prompt " << p << " prefill";
+        << scheme << " prompt " << p << " prefill";
     seq.clear();
     gpu->forward(std::span<const int32_t>(ids.data(), 1), seq, false);
     for (size_t t = 1; t < ids.size(); ++t) {
@@ -277,9 +280,19 @@ TEST(GpuW4a16Test, LogitsMatchTheCpuOnTheSameQuantizedWeights) {
       EXPECT_EQ(compare_rows(step.data_as<const float>(), expected.data_as<const float>() + t * vocab,
                              1, vocab),
                 "")
-          << "prompt " << p << " decode at position " << t;
+          << scheme << " prompt " << p << " decode at position " << t;
     }
   }
+}
+
+TEST(GpuW4a16Test, LogitsMatchTheCpuOnTheSameQuantizedWeights) {
+  SKIP_WITHOUT_DEVICE();
+  expect_w4a16_logits_match_the_cpu("W4A16");
+}
+
+TEST(GpuW4a16Test, AsymmetricLogitsMatchTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  expect_w4a16_logits_match_the_cpu("W4A16_ASYM");
 }
 
 // FP8 W8A8 (online fp8_per_channel: per-channel e4m3 weights, dynamic per-token e4m3 inputs): q/k/v
@@ -353,7 +366,7 @@ double cli_ppl(const fs::path& model, const std::string& device) {
 
 TEST(GpuCliTest, PerplexityMatchesTheCpu) {
   SKIP_WITHOUT_DEVICE();
-  for (const fs::path& model : {kModelDir, w4a16_dir()}) {
+  for (const fs::path& model : {kModelDir, w4a16_dir("W4A16")}) {
     const double cpu = cli_ppl(model, "cpu");
     const double gpu = cli_ppl(model, "cuda");
     EXPECT_NEAR(gpu / cpu, 1.0, 0.01) << model << ": cpu " << cpu << ", cuda " << gpu;

@@ -10,6 +10,10 @@
 // summation order differs (~1e-6 relative); a wrong permutation, name or config field moves the
 // logits by O(1) (measured with the permutation left undone: max |diff| 2.4 on logits of max
 // magnitude 18, i.e. 0.13 relative; with it: <= 8e-7 relative on every prompt).
+// Q4_0 / Q8_0 projections and LM heads run on the int kernels (quant/methods/gguf.cc); the Q4_0
+// fixture (scripts/fixtures/make_gguf_q4_0_fixture.py, gguf-py's quantizer) has no transformers
+// golden: its int path is checked against the same file decoded to F32 (--linear-backend dequant,
+// gguf-py's values), and the weights of both int fixtures against formats' decoder bit for bit.
 // The BF16 files (19 and 38 MB) are not committed (repository size): the script's run checked them
 // against the same goldens (2-layer: <= 5.3e-7 relative; the whole model against
 // tests/golden/ref-llama-19m: <= 8e-7); in CI the zero-copy F32 path is exercised by the quantized
@@ -22,7 +26,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
+#include "formats/gguf_dequant.h"
 #include "formats/safetensors.h"
 #include "lowbit/error.h"
 #include "models/gguf_model.h"
@@ -37,10 +43,12 @@ namespace fs = std::filesystem;
 const fs::path kDir = fs::path(LOWBIT_SOURCE_DIR) / "tests/golden/gguf";
 const fs::path kQ8 = kDir / "ref-llama-2l-q8_0.gguf";
 const fs::path kQ4 = kDir / "ref-llama-2l-q4_k_m.gguf";
+const fs::path kQ4_0 = kDir / "ref-llama-2l-q4_0.gguf";
 constexpr double kRelativeTolerance = 1e-3;
 // --dtype bfloat16 rounds every decoded weight to 8 significant bits (relative error <= 2^-9),
-// which moved these logits by <= 1.7e-3 relative (measured; the exact comparisons above measure
-// <= 8e-7). 1e-2 leaves 6x room; a wrong q/k row order moves them by 0.13 (measured).
+// which moved these logits by <= 1.7e-3 relative (measured on Q8_0 when it was decoded; on
+// Q4_K_M, whose Q8_0 tensors now stay exact on the int kernels: <= 1.2e-3; the exact comparisons
+// measure <= 8e-7). 1e-2 leaves 6x room; a wrong q/k row order moves them by 0.13 (measured).
 constexpr double kBf16Tolerance = 1e-2;
 
 const formats::SafetensorsFile& golden() {
@@ -54,6 +62,27 @@ std::vector<int32_t> prompt_ids(const formats::SafetensorsFile& file, int i) {
   return std::vector<int32_t>(p, p + t.numel());
 }
 
+// max |a - b| <= tolerance * max |b|, and (at the default tolerance) the same argmax per position.
+void expect_close(const Tensor& ours, const Tensor& ref, double tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(ours.shape(), ref.shape()) << what;
+  const float* a = ours.data_as<const float>();
+  const float* b = ref.data_as<const float>();
+  float max_abs = 0.0f, max_diff = 0.0f;
+  for (int64_t k = 0; k < ref.numel(); ++k) {
+    max_abs = std::max(max_abs, std::fabs(b[k]));
+    max_diff = std::max(max_diff, std::fabs(a[k] - b[k]));
+  }
+  EXPECT_LE(max_diff, tolerance * max_abs) << what;
+  if (tolerance != kRelativeTolerance) return;
+  const int64_t vocab = ref.dim(-1);
+  for (int64_t r = 0; r < ref.dim(0); ++r) {
+    EXPECT_EQ(std::max_element(a + r * vocab, a + (r + 1) * vocab) - (a + r * vocab),
+              std::max_element(b + r * vocab, b + (r + 1) * vocab) - (b + r * vocab))
+        << what << " position " << r;
+  }
+}
+
 // Every position's logits of the three prompts against `logits_prefix`prompt{i}.logits.
 // `tolerance` other than the default: also rounding of the weights, so argmax is not compared.
 void expect_logits_match(const Model& model, const formats::SafetensorsFile& file,
@@ -64,22 +93,44 @@ void expect_logits_match(const Model& model, const formats::SafetensorsFile& fil
     KvCache cache = model.new_cache();
     Tensor ours = model.forward(ids, cache, true);
     Tensor ref = file.get(logits_prefix + "prompt" + std::to_string(i) + ".logits");
-    ASSERT_EQ(ours.shape(), ref.shape()) << logits_prefix << i;
-    const float* a = ours.data_as<const float>();
-    const float* b = ref.data_as<const float>();
-    float max_abs = 0.0f, max_diff = 0.0f;
-    for (int64_t k = 0; k < ref.numel(); ++k) {
-      max_abs = std::max(max_abs, std::fabs(b[k]));
-      max_diff = std::max(max_diff, std::fabs(a[k] - b[k]));
-    }
-    EXPECT_LE(max_diff, tolerance * max_abs) << logits_prefix << "prompt" << i;
-    if (tolerance != kRelativeTolerance) continue;
-    const int64_t vocab = ref.dim(-1);
-    for (int64_t r = 0; r < ref.dim(0); ++r) {
-      EXPECT_EQ(std::max_element(a + r * vocab, a + (r + 1) * vocab) - (a + r * vocab),
-                std::max_element(b + r * vocab, b + (r + 1) * vocab) - (b + r * vocab))
-          << logits_prefix << "prompt" << i << " position " << r;
-    }
+    expect_close(ours, ref, tolerance, logits_prefix + "prompt" + std::to_string(i));
+  }
+}
+
+// The model's projections and LM head by Hugging Face module name.
+std::map<std::string, const Linear*> projections(const Model& model) {
+  const DecoderWeights& w = model.weights();
+  std::map<std::string, const Linear*> out = {{"lm_head", &w.lm_head}};
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const LayerWeights& layer = w.layers[l];
+    out[p + "self_attn.q_proj"] = &layer.attention.q;
+    out[p + "self_attn.k_proj"] = &layer.attention.k;
+    out[p + "self_attn.v_proj"] = &layer.attention.v;
+    out[p + "self_attn.o_proj"] = &layer.attention.o;
+    out[p + "mlp.gate_proj"] = &layer.mlp.gate;
+    out[p + "mlp.up_proj"] = &layer.mlp.up;
+    out[p + "mlp.down_proj"] = &layer.mlp.down;
+  }
+  return out;
+}
+
+// The kernel each projection runs ("" for a dense, decoded one): a silent fallback to decoding, or
+// to the dequant kernel, shows here.
+std::map<std::string, std::string> kernels_of(const Model& model) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, linear] : projections(model)) {
+    out[name] = linear->method ? linear->method->kernel_name() : "";
+  }
+  return out;
+}
+
+bool is_wna16(const std::string& kernel) { return kernel.rfind("wna16_", 0) == 0; }
+
+// Every projection and the LM head of a Q4_0 / Q8_0 file run on a wna16 kernel.
+void expect_all_on_wna16(const Model& model) {
+  for (const auto& [name, kernel] : kernels_of(model)) {
+    EXPECT_TRUE(is_wna16(kernel)) << name << " runs on '" << kernel << "'";
   }
 }
 
@@ -101,29 +152,135 @@ TEST(GgufModel, ConfigFromMetadata) {
   EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
   EXPECT_EQ(c.bos_token_id, 0);
   EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{1});
-  // Hugging Face names, quantized tensors decoded to F32, norms as stored (F32).
-  EXPECT_TRUE(model->checkpoint().has("model.layers.1.self_attn.q_proj.weight"));
-  EXPECT_EQ(model->checkpoint().get("lm_head.weight").dtype(), DType::F32);
-  EXPECT_EQ(model->checkpoint().get("model.layers.1.mlp.down_proj.weight").shape(),
-            (Shape{384, 1024}));
+  // Hugging Face names. Q8_0 projections and LM head kept as their blocks (qweight: 34 bytes per
+  // 32 weights) for the int kernels, the Q8_0 embedding decoded to F32, norms as stored (F32).
+  EXPECT_EQ(model->quantization(), "gguf (checkpoint)");
+  EXPECT_FALSE(model->checkpoint().has("model.layers.1.self_attn.q_proj.weight"));
+  EXPECT_EQ(model->checkpoint().get("model.layers.1.self_attn.q_proj.qweight").dtype(), DType::U8);
+  EXPECT_EQ(model->checkpoint().get("lm_head.qweight").shape(), (Shape{8192, 384 / 32 * 34}));
+  EXPECT_EQ(model->checkpoint().get("model.layers.1.mlp.down_proj.qweight").shape(),
+            (Shape{384, 1024 / 32 * 34}));
+  EXPECT_EQ(model->checkpoint().get("model.embed_tokens.weight").dtype(), DType::F32);
+  EXPECT_EQ(model->checkpoint().get("model.norm.weight").dtype(), DType::F32);
   EXPECT_TRUE(model->summary().unused_tensors.empty());
 }
 
 TEST(GgufModel, Q8_0LogitsMatchTransformersGgufLoading) {
-  expect_logits_match(*Model::load(kQ8.string()), golden(), "q8_0.");
+  auto model = Model::load(kQ8.string());
+  expect_all_on_wna16(*model);
+  expect_logits_match(*model, golden(), "q8_0.");
 }
 
 TEST(GgufModel, Q4KMLogitsMatchTransformersGgufLoading) {
-  expect_logits_match(*Model::load(kQ4.string()), golden(), "q4_k_m.");
+  auto model = Model::load(kQ4.string());
+  // llama-quantize's Q4_K_M of this model: output and blk.1.attn_v are Q8_0 (int kernels), the
+  // rest Q5_0 / Q4_K / Q6_K (decoded to F32, dense).
+  for (const auto& [name, kernel] : kernels_of(*model)) {
+    if (name == "lm_head" || name == "model.layers.1.self_attn.v_proj") {
+      EXPECT_TRUE(is_wna16(kernel)) << name << " runs on '" << kernel << "'";
+    } else {
+      EXPECT_EQ(kernel, "") << name;
+      EXPECT_EQ(model->checkpoint().get(name + ".weight").dtype(), DType::F32) << name;
+    }
+  }
+  expect_logits_match(*model, golden(), "q4_k_m.");
+}
+
+// Q4_0 on the int kernels against the same file decoded to F32 (--linear-backend dequant: the
+// dequant kernel over (q - 8) * d, gguf-py's values): the products are the same exact numbers,
+// only the summation order differs, so the criterion of the exact comparisons above holds
+// (kRelativeTolerance, and argmax). Except where the CPU runs wna16_avx512_bf16dot, whose decode
+// path (m <= 8 rows, wna16_matmul.h) rounds x to bf16: that is a relative error <= 2^-9 per
+// product, the bound of --dtype bfloat16's rounding of the weights, so kBf16Tolerance applies to
+// the prompts of <= 8 tokens there (the 10- and 12-token prompts run the exact AVX-512 kernel).
+// Measured on an AVX512_BF16 CPU: 1.5e-3 relative on the 6-token prompt, 0 on the other two.
+TEST(GgufModel, Q4_0IntKernelsMatchTheFileDecodedToFloat) {
+  auto int_model = Model::load(kQ4_0.string());
+  LoadOptions dequant;
+  dequant.linear_backend = "dequant";
+  auto decoded = Model::load(kQ4_0.string(), dequant);
+  expect_all_on_wna16(*int_model);
+  bool bf16dot = false;
+  for (const auto& [name, kernel] : kernels_of(*int_model)) {
+    bf16dot = bf16dot || kernel.find("bf16dot") != std::string::npos;
+  }
+  for (const auto& [name, kernel] : kernels_of(*decoded)) {
+    EXPECT_EQ(kernel.rfind("dequant_", 0), 0u) << name << " runs on '" << kernel << "'";
+  }
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t> ids = prompt_ids(golden(), i);
+    KvCache a = int_model->new_cache();
+    KvCache b = decoded->new_cache();
+    const double tolerance =
+        bf16dot && ids.size() <= 8 ? kBf16Tolerance : kRelativeTolerance;
+    expect_close(int_model->forward(ids, a, true), decoded->forward(ids, b, true), tolerance,
+                 "q4_0 prompt" + std::to_string(i));
+  }
+}
+
+// HF row h*d + i*d/2 + j of a permuted GGUF matrix is GGUF row h*d + 2*j + i (gguf_model.h).
+Tensor unpermute(const Tensor& t, int64_t heads) {
+  const int64_t rows = t.dim(0), cols = t.dim(1), d = rows / heads;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  const float* src = t.data_as<const float>();
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < d / 2; ++j) {
+        std::copy_n(src + (h * d + 2 * j + i) * cols, cols,
+                    out.data() + (h * d + i * d / 2 + j) * cols);
+      }
+    }
+  }
+  return Tensor::from_f32(out.data(), t.shape(), DType::F32);
+}
+
+// The weights the int kernels run are the file's: equal, bit for bit, to formats' decoding of the
+// GGUF tensor (itself bit-exact with gguf-py, tests/unit/formats), rows in Hugging Face's order.
+TEST(GgufModel, IntKernelWeightsAreTheDecodedTensorsExactly) {
+  const std::map<std::string, std::string> gguf_names = {
+      {"self_attn.q_proj", "attn_q"},  {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},  {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},   {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  for (const fs::path& path : {kQ4_0, kQ8}) {
+    auto model = Model::load(path.string());
+    auto file = formats::GgufFile::open(path.string());
+    for (const auto& [name, linear] : projections(*model)) {
+      std::string gguf = "output.weight";
+      int64_t heads = 0;
+      if (name != "lm_head") {
+        const std::string layer = name.substr(13, name.find('.', 13) - 13);
+        const std::string module = name.substr(name.find('.', 13) + 1);
+        gguf = "blk." + layer + "." + gguf_names.at(module) + ".weight";
+        heads = module == "self_attn.q_proj" ? 6 : module == "self_attn.k_proj" ? 2 : 0;
+      }
+      ASSERT_TRUE(linear->method) << path << " " << name;
+      Tensor expected = formats::dequantize_gguf_tensor(*file, *file->find_tensor(gguf));
+      if (heads > 0) expected = unpermute(expected, heads);
+      const Tensor ours = linear->method->dequantized_weight();
+      ASSERT_EQ(ours.shape(), expected.shape()) << name;
+      // Equal as numbers: Q4_0's d is negative in about half the blocks (ggml stores max / -8),
+      // where gguf-py's (8 - 8) * d is -0.0 and the kernel's sum over the probe gives +0.0.
+      const float* a = ours.data_as<const float>();
+      const float* b = expected.data_as<const float>();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < expected.numel(); ++i) differ += a[i] != b[i];
+      EXPECT_EQ(differ, 0) << path << " " << name;
+    }
+  }
 }
 
 TEST(GgufModel, Bfloat16DtypeHoldsDecodedWeightsInBf16) {
   LoadOptions options;
   options.dtype = "bfloat16";
-  auto model = Model::load(kQ8.string(), options);
-  EXPECT_EQ(model->checkpoint().get("lm_head.weight").dtype(), DType::BF16);
+  auto model = Model::load(kQ4.string(), options);
+  // Decoded tensors in bf16; the Q8_0 ones stay blocks on the int kernels, whatever the dtype.
+  EXPECT_EQ(model->checkpoint().get("model.layers.0.self_attn.q_proj.weight").dtype(),
+            DType::BF16);
+  EXPECT_EQ(model->checkpoint().get("model.embed_tokens.weight").dtype(), DType::BF16);
+  EXPECT_EQ(model->checkpoint().get("lm_head.qweight").dtype(), DType::U8);
   EXPECT_EQ(model->checkpoint().get("model.norm.weight").dtype(), DType::F32);  // stored F32
-  expect_logits_match(*model, golden(), "q8_0.", kBf16Tolerance);
+  expect_logits_match(*model, golden(), "q4_k_m.", kBf16Tolerance);
 }
 
 // A scratch directory, removed at the end of the test.

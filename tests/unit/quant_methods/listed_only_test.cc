@@ -1,6 +1,6 @@
-// The rows of the seed's hardware matrix that no quantization_config selects
-// (src/quant/methods/listed_only.cc): gguf describes the GGUF loader, fp8_vit_attn is listed as
-// unsupported and every way of asking for it fails with the reason.
+// The row of the seed's hardware matrix that lowbit only lists (src/quant/methods/listed_only.cc):
+// fp8_vit_attn is listed as unsupported and every way of asking for it fails with the reason.
+// (gguf, which no quantization_config selects either, is tested in gguf_method_test.cc.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -47,20 +47,6 @@ TEST(ListedOnly, Fp8VitAttentionIsListedAsUnsupportedWithItsReason) {
   Platform hopper;
   hopper.cuda_capability = 90;
   EXPECT_NE(error_of([&] { require_supported(d, hopper); }).find(kReason), std::string::npos);
-}
-
-TEST(ListedOnly, GgufDescribesTheFileLoaderAndRefusesAQuantizationConfig) {
-  const MethodDescription d = describe_quantization("gguf");
-  EXPECT_TRUE(d.unsupported.empty());
-  ASSERT_EQ(d.kernels.size(), 1u);
-  EXPECT_TRUE(d.kernels[0].runs_on(Platform::current()));
-  const std::string e = error_of([] {
-    make_quantization_config("gguf", {{"quant_method", "gguf"}},
-                             "DIR/config.json: quantization_config");
-  });
-  EXPECT_NE(e.find("DIR/config.json: quantization_config: quant_method 'gguf' is a file format"),
-            std::string::npos)
-      << e;
 }
 
 }  // namespace

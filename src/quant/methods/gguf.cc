@@ -1,0 +1,150 @@
+// quant_method "gguf": llama.cpp GGUF files. vLLM picks its "gguf" method for a .gguf model; in
+// lowbit no config.json names it either: the model loader reads the file (src/models/gguf_model.h)
+// and writes this config itself, listing the projections (q/k/v/o/gate/up/down, lm_head) whose
+// GGUF type has the arithmetic of a kernel lowbit already has:
+//   {"quant_method": "gguf", "modules": {"model.layers.0.self_attn.q_proj": "Q4_0", ...}}
+// Such a module's checkpoint tensor is its GGUF blocks, rows in Hugging Face's order (the loader
+// undoes attn_q / attn_k's permutation on whole rows of blocks), under vLLM's name:
+//   qweight U8 [out, in / 32 * block bytes]
+// and becomes canonical int weights (kernels/quant_weights.h), group size 32, no float round trip:
+//   Q4_0, 18-byte blocks: fp16 d, qs[16]; element j = qs[j] & 15, element j + 16 = qs[j] >> 4;
+//         w = (q - 8) * d   → bits 4, code q, implicit zero 8, scale float(d)
+//   Q8_0, 34-byte blocks: fp16 d, int8 qs[32]; w = q * d
+//                         → bits 8, code q + 128, implicit zero 128, scale float(d)
+// (code - zero) * scale is the exact product gguf-py's dequantize computes, so the wna16 kernels
+// (W4A16 / W8A16 on the GPU) run the file's own numbers. Every other tensor (F32 / F16 / BF16 as
+// stored, Q4_1, Q5_0, Q5_1, the K-quants, the embedding) is decoded at load by the loader and runs
+// dense ("gguf_decode" below): no method is returned for those modules.
+#include <map>
+
+#include "core/float_convert.h"
+#include "lowbit/error.h"
+#include "quant/methods/gpu_linear_kernels.h"
+#include "quant/methods/kernel_linear.h"
+
+namespace lowbit::quant {
+namespace {
+
+constexpr int64_t kBlock = 32;  // weights per Q4_0 / Q8_0 block
+
+enum class GgufIntType { Q4_0, Q8_0 };
+
+int64_t block_bytes(GgufIntType t) { return t == GgufIntType::Q4_0 ? 2 + kBlock / 2 : 2 + kBlock; }
+
+class GgufLinear : public KernelLinear {
+ public:
+  explicit GgufLinear(GgufIntType type) : type_(type) {}
+
+  void create_weights(LayerParams& layer) override {
+    const LayerInfo& info = layer.info();
+    if (info.in_features % kBlock != 0) {
+      throw InvalidArgument(info.prefix + ": GGUF " + name() + " needs in_features divisible by " +
+                            std::to_string(kBlock) + ", got " + std::to_string(info.in_features));
+    }
+    layer.declare(ParamSpec{
+        "qweight", {DType::U8}, {info.out_features, info.in_features / kBlock * block_bytes(type_)}});
+  }
+
+  void process_weights_after_loading(LayerParams& layer) override {
+    const LayerInfo& info = layer.info();
+    kernels::IntWeights w;
+    w.bits = type_ == GgufIntType::Q4_0 ? 4 : 8;
+    w.rows = info.out_features;
+    w.cols = info.in_features;
+    w.group_size = kBlock;
+    const int64_t blocks = w.cols / kBlock;
+    w.codes.resize(static_cast<size_t>(w.rows * w.cols));
+    w.scales.resize(static_cast<size_t>(w.rows * blocks));
+    const auto* src = layer.get("qweight").data_as<const uint8_t>();
+    for (int64_t b = 0; b < w.rows * blocks; ++b) {
+      const uint8_t* block = src + b * block_bytes(type_);
+      w.scales[static_cast<size_t>(b)] =
+          f16_to_f32(static_cast<uint16_t>(block[0] | (block[1] << 8)));  // little-endian fp16
+      uint8_t* codes = w.codes.data() + b * kBlock;  // rows are whole blocks: b * 32 = r * cols + c
+      const uint8_t* qs = block + 2;
+      if (type_ == GgufIntType::Q4_0) {
+        for (int64_t j = 0; j < kBlock / 2; ++j) {
+          codes[j] = qs[j] & 0x0F;
+          codes[j + kBlock / 2] = qs[j] >> 4;
+        }
+      } else {
+        for (int64_t j = 0; j < kBlock; ++j) {
+          codes[j] = static_cast<uint8_t>(static_cast<int8_t>(qs[j]) + 128);
+        }
+      }
+    }
+    finish_int(layer, std::move(w), std::nullopt);
+  }
+
+ private:
+  std::string name() const { return type_ == GgufIntType::Q4_0 ? "Q4_0" : "Q8_0"; }
+  GgufIntType type_;
+};
+
+class GgufConfig : public QuantizationConfig {
+ public:
+  static std::unique_ptr<QuantizationConfig> from_config(const nlohmann::json& j,
+                                                         const std::string& where) {
+    if (!j.is_object() || !j.contains("modules")) {
+      throw InvalidArgument(where +
+                            ": quant_method 'gguf' is a file format, not a quantization_config: "
+                            "give the .gguf file (or its directory) as the model");
+    }
+    const nlohmann::json& modules = j.at("modules");
+    if (!modules.is_object()) throw InvalidArgument(where + ".modules must be a JSON object");
+    auto c = std::make_unique<GgufConfig>();
+    for (const auto& [prefix, type] : modules.items()) {
+      const std::string t = type.is_string() ? type.get<std::string>() : type.dump();
+      if (t == "Q4_0") {
+        c->modules_.emplace(prefix, GgufIntType::Q4_0);
+      } else if (t == "Q8_0") {
+        c->modules_.emplace(prefix, GgufIntType::Q8_0);
+      } else {
+        throw InvalidArgument(where + ".modules." + prefix + ": GGUF type " + t +
+                              " does not run on the int kernels (Q4_0, Q8_0)");
+      }
+    }
+    return c;
+  }
+
+  static MethodDescription description() {
+    MethodDescription d;
+    d.name = "gguf";
+    d.summary =
+        "llama.cpp GGUF files, chosen by the model path (MODEL.gguf), not by "
+        "quantization_config: Q4_0 / Q8_0 projections on the int kernels (W4A16 / W8A16, group "
+        "32), every other tensor type decoded at load as gguf-py does";
+    d.min_capability = 60;  // vLLM's GGUFConfig
+    d.act_dtypes = {DType::F32, DType::F16, DType::BF16};
+    d.layers = {LayerKind::Linear, LayerKind::LmHead, LayerKind::Embedding};
+    for (KernelSpec& k : int_weight_kernels()) {
+      if (k.name != "w8a8") d.kernels.push_back(std::move(k));  // activations stay in float
+    }
+    KernelSpec decode;
+    decode.name = "gguf_decode";
+    decode.isa = KernelSpec::Isa::Portable;
+    decode.implements =
+        "Q4_1/Q5_0/Q5_1, Q2_K..Q6_K (and embeddings) decoded at load to f32 (or --dtype bf16 / "
+        "f16), dense matmul";
+    d.kernels.push_back(decode);
+    add_gpu_kernels(d);
+    return d;
+  }
+  MethodDescription describe() const override { return description(); }
+
+  std::unique_ptr<LinearMethod> get_quant_method(const LayerInfo& layer) const override {
+    if (layer.kind != LayerKind::Linear && layer.kind != LayerKind::LmHead) return nullptr;
+    const auto it = modules_.find(layer.prefix);
+    if (it == modules_.end()) return nullptr;  // decoded at load: a dense layer
+    return std::make_unique<GgufLinear>(it->second);
+  }
+
+ private:
+  std::map<std::string, GgufIntType> modules_;
+};
+
+}  // namespace
+
+LOWBIT_REGISTER_QUANTIZATION_CONFIG(GgufConfig, "gguf");
+
+}  // namespace lowbit::quant
