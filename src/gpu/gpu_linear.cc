@@ -94,6 +94,34 @@ bool int8_activations(const quant::InputQuant& in, kernels::Int8Activations& act
                     "): " + why);
 }
 
+// The bias of row-wise concatenated parts, each cut to its (row) split, in bf16; an empty buffer
+// when no part has one (a part without one adds zeros).
+kc::DeviceBuffer<uint16_t> fused_bias(const std::vector<const models::Linear*>& parts,
+                                      const std::vector<Split>& splits, int rank) {
+  std::vector<uint16_t> bias;
+  bool any = false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const models::Linear& p = *parts[i];
+    const int64_t rows = splits[i].is_whole() ? p.out_features() : splits[i].end - splits[i].begin;
+    const std::vector<float> b = slice_bias(p.bias, splits[i], rank);
+    any = any || !b.empty();
+    const std::vector<uint16_t> bits = bias_bits(b, rows);
+    bias.insert(bias.end(), bits.begin(), bits.end());
+  }
+  if (!any) return {};
+  return kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias));
+}
+
+// The part's method when the dispatch table (quant/methods/gpu_linear_kernels.h, as
+// GpuLinear::from reads it) runs it on `kernel`; null otherwise.
+const quant::KernelLinear* method_on(const models::Linear& part, int64_t cols,
+                                     quant::GpuLinearKernel kernel) {
+  const auto* method = dynamic_cast<const quant::KernelLinear*>(part.method.get());
+  if (method == nullptr) return nullptr;
+  return quant::choose_gpu_linear(quant::gpu_linear_case(*method, cols)).kernel == kernel ? method
+                                                                                          : nullptr;
+}
+
 }  // namespace
 
 bool gemv_kernels_enabled() {
@@ -121,30 +149,24 @@ GpuLinear GpuLinear::fused_dense(const std::vector<const models::Linear*>& parts
   LOWBIT_CHECK_AS(Internal, parts.size() == splits.size(), "fused_dense: one split per part");
   GpuLinear g;
   g.k_ = parts.front()->in_features();
-  bool any_bias = false;
   for (size_t i = 0; i < parts.size(); ++i) {
     const models::Linear* p = parts[i];
     LOWBIT_CHECK_AS(Internal, !p->method && !p->input_quant && p->in_features() == g.k_ &&
                                   splits[i].dim != Split::Dim::COLS,
                     "fused_dense: " + name + " has a part that is not dense or is column-split");
     g.n_ += splits[i].is_whole() ? p->out_features() : splits[i].end - splits[i].begin;
-    any_bias = any_bias || !p->bias.empty();
   }
   std::vector<uint16_t> weight;
   weight.reserve(static_cast<size_t>(g.n_ * g.k_));
-  std::vector<uint16_t> bias;
   for (size_t i = 0; i < parts.size(); ++i) {
     const models::Linear* p = parts[i];
     const std::vector<uint16_t> w =
         slice_matrix(to_bf16_bits(p->weight), p->out_features(), g.k_, splits[i]);
     weight.insert(weight.end(), w.begin(), w.end());
-    const int64_t rows = static_cast<int64_t>(w.size()) / g.k_;
-    const std::vector<uint16_t> b = bias_bits(slice_bias(p->bias, splits[i], 0), rows);
-    bias.insert(bias.end(), b.begin(), b.end());
   }
   g.weight_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(weight));
   g.weight_ptr_ = g.weight_.data();
-  if (any_bias) g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias));
+  g.bias_ = fused_bias(parts, splits, 0);
   return g;
 }
 
@@ -158,13 +180,10 @@ std::optional<GpuLinear> GpuLinear::fused_fp8(const std::vector<const models::Li
   fused.cols = k;
   fused.block_rows = 1;
   fused.block_cols = k;
-  std::vector<uint16_t> bias;
-  bool any_bias = false;
   for (size_t i = 0; i < parts.size(); ++i) {
     const models::Linear& p = *parts[i];
-    const auto* method = dynamic_cast<const quant::KernelLinear*>(p.method.get());
-    if (method == nullptr || method->fp8_weights() == nullptr || !method->input_quant() ||
-        p.in_features() != k || splits[i].dim == Split::Dim::COLS) {
+    const quant::KernelLinear* method = method_on(p, k, quant::GpuLinearKernel::W8a8Fp8);
+    if (method == nullptr || p.in_features() != k || splits[i].dim == Split::Dim::COLS) {
       return std::nullopt;
     }
     kc::Fp8Activations a;
@@ -182,10 +201,6 @@ std::optional<GpuLinear> GpuLinear::fused_fp8(const std::vector<const models::Li
     fused.codes.insert(fused.codes.end(), part.codes.begin(), part.codes.end());
     for (int64_t r = 0; r < part.rows; ++r) fused.scales.push_back(part.scale(r, 0));
     fused.rows += part.rows;
-    const std::vector<float> b = slice_bias(p.bias, splits[i], rank);
-    any_bias = any_bias || !b.empty();
-    const std::vector<uint16_t> bits = bias_bits(b, part.rows);
-    bias.insert(bias.end(), bits.begin(), bits.end());
   }
   GpuLinear g;
   g.kind_ = Kind::W8A8_FP8;
@@ -193,7 +208,7 @@ std::optional<GpuLinear> GpuLinear::fused_fp8(const std::vector<const models::Li
   g.k_ = k;
   g.fp8_act_ = *act;
   g.w8a8_ = std::make_unique<kc::W8a8GpuWeights>(kc::pack_fp8_for_gpu(fused));
-  if (any_bias) g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias));
+  g.bias_ = fused_bias(parts, splits, rank);
   return g;
 }
 
@@ -202,22 +217,17 @@ std::optional<GpuLinear> GpuLinear::fused_wna16(const std::vector<const models::
                                                 const std::string& name) {
   LOWBIT_CHECK_AS(Internal, parts.size() == splits.size(), "fused_wna16: one split per part");
   kernels::IntWeights fused;
-  std::vector<uint16_t> bias;
-  bool any_bias = false;
   std::vector<kernels::IntWeights> cut(parts.size());
   const kernels::IntWeights* first = nullptr;
   for (size_t i = 0; i < parts.size(); ++i) {
-    const auto* method = dynamic_cast<const quant::KernelLinear*>(parts[i]->method.get());
-    if (method == nullptr || method->input_quant() || method->int_weights() == nullptr ||
-        splits[i].dim == Split::Dim::COLS) {
-      return std::nullopt;
-    }
+    const quant::KernelLinear* method =
+        method_on(*parts[i], parts[i]->in_features(), quant::GpuLinearKernel::Wna16);
+    if (method == nullptr || splits[i].dim == Split::Dim::COLS) return std::nullopt;
     const kernels::IntWeights& whole = *method->int_weights();
     if (first == nullptr) first = &whole;
     // One packed layout for all parts: the same width, columns, groups and column order.
-    if ((whole.bits != 4 && whole.bits != 8) || whole.bits != first->bits ||
-        whole.cols != first->cols || whole.group_size != first->group_size ||
-        whole.g_idx != first->g_idx) {
+    if (whole.bits != first->bits || whole.cols != first->cols ||
+        whole.group_size != first->group_size || whole.g_idx != first->g_idx) {
       return std::nullopt;
     }
     cut[i] = slice_int_weights(whole, splits[i], name);
@@ -242,17 +252,13 @@ std::optional<GpuLinear> GpuLinear::fused_wna16(const std::vector<const models::
       }
     }
     fused.rows += part.rows;
-    const std::vector<float> b = slice_bias(parts[i]->bias, splits[i], rank);
-    any_bias = any_bias || !b.empty();
-    const std::vector<uint16_t> bits = bias_bits(b, part.rows);
-    bias.insert(bias.end(), bits.begin(), bits.end());
   }
   GpuLinear g;
   g.kind_ = Kind::WNA16;
   g.n_ = fused.rows;
   g.k_ = fused.cols;
   g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(kc::pack_wna16_for_gpu(fused));
-  if (any_bias) g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias));
+  g.bias_ = fused_bias(parts, splits, rank);
   return g;
 }
 
@@ -293,7 +299,7 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const Split& split, int 
     if (!bias.empty()) {
       g.bias_ = kc::DeviceBuffer<uint16_t>(std::span<const uint16_t>(bias_bits(bias, g.n_)));
     }
-      return g;
+    return g;
   }
   const std::string kernel = linear.method->kernel_name();
   const auto* method = dynamic_cast<const quant::KernelLinear*>(linear.method.get());
