@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "lowbit: quantize, run, serve and evaluate large language models in one binary.\n"
       "Run `lowbit COMMAND --help` for a command's options. Models are Hugging Face checkpoint\n"
-      "directories (config.json, *.safetensors, tokenizer.json); models/ref-llama-19m is bundled."};
+      "directories (config.json, *.safetensors, tokenizer.json) or llama.cpp .gguf files;\n"
+      "models/ref-llama-19m is bundled."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lowbit 0.1.0");
   bool verbose = false, quiet = false;
