@@ -2,18 +2,26 @@
 # "Does vLLM's side load what lowbit writes?", as close as a CPU machine gets: quantize the embedded
 # model with lowbit in several schemes, then load each checkpoint through compressed-tensors' own
 # decompressor and through transformers' compressed-tensors support (check_lowbit_checkpoint.py),
-# and compare their logits with lowbit's (weights decompressed to bf16, as lowbit holds them).
-# Writes one JSON record per checkpoint under OUT_DIR and
-# fails if any check fails. The committed record is tests/golden/llmcompressor/lowbit_checks/.
+# and compare their logits with lowbit's (weights decompressed to bf16 on both sides: lowbit's
+# `--linear-backend dequant`; its default kernels' logits are reported beside). Writes one JSON
+# record per checkpoint under OUT_DIR and fails if any check fails. The committed record is
+# tests/golden/llmcompressor/lowbit_checks/; CTest runs this as lowbit_reference_checks where the
+# venv exists.
 #
 # Usage: scripts/reference/check_lowbit_checkpoints.sh LOWBIT_BINARY OUT_DIR [PYTHON]
 #   PYTHON: the reference venv's python (scripts/reference/setup-llmcompressor-venv.sh), default
-#   /work/venv-llmc/bin/python.
+#   $LOWBIT_LLMC_PYTHON, else <repo>/.venv-llmcompressor/bin/python (the setup script's default);
+#   exit 77 (skipped) when there is none.
 set -euo pipefail
 lowbit=$(realpath "$1")
 out=$(realpath -m "$2")
-python=${3:-/work/venv-llmc/bin/python}
 cd "$(dirname "$0")/../.."
+python=${3:-${LOWBIT_LLMC_PYTHON:-$PWD/.venv-llmcompressor/bin/python}}
+if [ ! -x "$python" ]; then  # 77: CTest's "skipped"
+  echo "check_lowbit_checkpoints: no reference venv at $python (make one with" \
+       "scripts/reference/setup-llmcompressor-venv.sh, or set LOWBIT_LLMC_PYTHON): skipped" >&2
+  exit 77
+fi
 model=models/ref-llama-19m
 mkdir -p "$out"
 export CUDA_VISIBLE_DEVICES=
@@ -28,12 +36,17 @@ check() {  # name, lowbit quantize arguments
   shift
   local dir="$out/$name"
   "$lowbit" quantize "$model" -o "$dir" --overwrite --no-progress "$@" >/dev/null 2>&1
-  local logits=()
+  local logits=() kernel_logits=()
   for i in "${!prompts[@]}"; do
-    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" -o "$out/$name-logits-$i.safetensors" >/dev/null
+    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" --linear-backend dequant \
+      -o "$out/$name-logits-$i.safetensors" >/dev/null 2>&1
+    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" \
+      -o "$out/$name-kernel-logits-$i.safetensors" >/dev/null 2>&1
     logits+=("$out/$name-logits-$i.safetensors")
+    kernel_logits+=("$out/$name-kernel-logits-$i.safetensors")
   done
   if "$python" scripts/reference/check_lowbit_checkpoint.py "$dir" --lowbit-logits "${logits[@]}" \
+      --lowbit-kernel-logits "${kernel_logits[@]}" \
       --load-dtype bfloat16 --lowbit-tol 1e-3 --json "$out/$name.json" > "$out/$name.log" 2>&1; then
     echo "$name: ok"
   else
