@@ -1,6 +1,6 @@
 // The oneshot pipeline on the embedded model (ref-llama-19m, bf16) with 128 × 512 calibration
 // tokens from data/text/calibration.txt, scored on the first windows of data/text/heldout.txt.
-// What must hold whatever the exact numbers: GPTQ beats round-to-nearest, AWQ stays close to it,
+// What must hold whatever the exact numbers: GPTQ beats round-to-nearest, so does AWQ,
 // FP8_DYNAMIC stays within 1% of BF16, and the written checkpoint reloads to exactly the model the
 // quantizer evaluated.
 #include <gtest/gtest.h>
@@ -22,6 +22,9 @@ namespace fs = std::filesystem;
 const std::string kModel = std::string(LOWBIT_SOURCE_DIR) + "/models/ref-llama-19m";
 const std::string kHeldout = std::string(LOWBIT_SOURCE_DIR) + "/data/text/heldout.txt";
 const std::string kCalibration = std::string(LOWBIT_SOURCE_DIR) + "/data/text/calibration.txt";
+// The 128 × 512 token ids llm-compressor calibrated on (tests/golden/llmcompressor/README.md).
+const std::string kLlmCompressorSamples =
+    std::string(LOWBIT_SOURCE_DIR) + "/tests/golden/llmcompressor/calibration_128x512.json";
 // 24 windows × 511 scored tokens ≈ 12k tokens: enough that the orderings below are far outside
 // the window-to-window noise (they differ by several percent on this model), small enough to run
 // in seconds.
@@ -43,8 +46,7 @@ QuantizeStep step_for(const std::string& preset, bool gptq) {
   return s;
 }
 
-// 128 × 512 calibration tokens is the protocol; the AWQ and reload tests use fewer to stay
-// fast (AWQ re-runs every mapping's parent module for each of its 20 grid points).
+// 128 × 512 calibration tokens is the protocol; the reload test uses fewer to stay fast.
 OneshotOptions options_for(OneshotPlan plan, const std::string& name, int64_t samples = 128,
                            int64_t seq_len = 512) {
   OneshotOptions o;
@@ -106,16 +108,30 @@ TEST(OneshotTest, GptqBeatsRtnOnW4A16GroupAndChannel) {
   EXPECT_GT(gptq, bf16_perplexity());
 }
 
-// AWQ searches per-channel scales that minimise each block's output error under quantization.
-// On this small model the search does not translate into a better held-out perplexity than
-// round-to-nearest (measured: 38.53 vs 38.49 for W4A16, 38.31 vs 38.26 for W4A16_ASYM, 24 windows;
-// see docs/quantization.md), so what is asserted is what must hold: the result stays within 1% of
-// RTN and well within the range of a working 4-bit model (a broken smoothing — scales applied to
-// the wrong side, or not folded into the norm — costs far more than that).
-TEST(OneshotTest, AwqStaysCloseToRtnOnW4A16Asym) {
-  const double rtn = run({{step_for("W4A16_ASYM", false)}}, "rtn-asym");
-  const double awq = run({{AwqStep{}, step_for("W4A16_ASYM", false)}}, "awq-asym", 16, 256);
-  EXPECT_LT(std::abs(awq / rtn - 1.0), 0.01) << "AWQ " << awq << " vs RTN " << rtn;
+// AWQ searches per-channel scales that minimise each block's output error under quantization; its
+// gain on this small model is small (llm-compressor's own AWQ W4A16_ASYM: 39.978 against RTN's
+// 39.990 on the first 128 heldout windows), so the comparison uses exactly that protocol:
+// llm-compressor's 128 × 512 calibration samples (tests/golden/llmcompressor), the recipe's
+// defaults (duo scaling, 20 grid points, the Llama mappings) and the first 128 windows (65,408
+// scored tokens). Measured: AWQ 39.976, RTN 39.990 (docs/quantization.md's table). The margin,
+// 0.035 %, is three times the largest difference seen between two correct evaluations of the same
+// weight-only checkpoint (summation order; 0.01 %), and the computation is deterministic. The most
+// expensive test here (about six minutes of two cores: AWQ runs each mapping's parent module 21
+// times over all samples).
+TEST(OneshotTest, AwqBeatsRtnOnW4A16Asym) {
+  auto options = [](const OneshotPlan& plan, const std::string& name) {
+    OneshotOptions o = options_for(plan, name);
+    o.calibration.path = kLlmCompressorSamples;
+    o.calibration.ids_file = true;
+    o.eval_windows = 128;
+    return o;
+  };
+  const OneshotReport rtn = run_oneshot(options({{step_for("W4A16_ASYM", false)}}, "rtn-asym"));
+  const OneshotReport awq =
+      run_oneshot(options({{AwqStep{}, step_for("W4A16_ASYM", false)}}, "awq-asym"));
+  ASSERT_TRUE(rtn.perplexity.has_value() && awq.perplexity.has_value());
+  EXPECT_LT(*awq.perplexity, *rtn.perplexity) << "AWQ " << *awq.perplexity << " vs RTN "
+                                              << *rtn.perplexity;
 }
 
 TEST(OneshotTest, Fp8DynamicWithinOnePercentOfBf16) {
