@@ -47,8 +47,12 @@ row() {  # index, name, llm-compressor SUMMARY key or -, then lowbit quantize ar
   seconds=$(echo "$report" | sed -E 's/.*"seconds": ([0-9.]+).*/\1/')
   bytes=$(echo "$report" | sed -E 's/.*"output_bytes": ([0-9]+).*/\1/')
   rss=$(echo "$report" | sed -E 's/.*"peak_rss_bytes": ([0-9]+).*/\1/')
+  local ppl128 ppl
+  ppl128=$(ppl_of "$dir" 128)
+  ppl=$ppl128
+  [ "$windows" = 128 ] || ppl=$(ppl_of "$dir" "$windows")
   printf '{"name": "%s", "args": "%s", "ppl": %s, "ppl128": %s, "bytes": %s, "seconds": %s, "peak_rss": %s, "reference": "%s"}\n' \
-    "$name" "$*" "$(ppl_of "$dir" "$windows")" "$(ppl_of "$dir" 128)" "$bytes" "$seconds" "$rss" \
+    "$name" "$*" "$ppl" "$ppl128" "$bytes" "$seconds" "$rss" \
     "$reference" > "$out/rows/$(printf %03d "$index").json"
   cat "$out/rows/$(printf %03d "$index").json"
   rm -rf "$dir"
