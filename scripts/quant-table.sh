@@ -29,13 +29,9 @@ recipes=tests/golden/llmcompressor
 mkdir -p "$out/rows"
 rm -f "$out"/rows/*.json
 
-ppl_of() {  # checkpoint dir, window count -> perplexity
-  "$lowbit" ppl "$1" --text data/text/heldout.txt --max-windows "$2" --linear-backend dequant \
-    "${threads[@]}" --json 2>/dev/null | sed -E 's/.*"perplexity": ([0-9.]+).*/\1/'
-}
-bf16_ppl_of() {
-  "$lowbit" ppl "$1" --text data/text/heldout.txt --max-windows "$2" "${threads[@]}" --json \
-    2>/dev/null | sed -E 's/.*"perplexity": ([0-9.]+).*/\1/'
+ppl_of() {  # checkpoint dir, window count, extra ppl flags -> perplexity
+  "$lowbit" ppl "$1" --text data/text/heldout.txt --max-windows "$2" "${@:3}" "${threads[@]}" \
+    --json 2>/dev/null | sed -E 's/.*"perplexity": ([0-9.]+).*/\1/'
 }
 
 row() {  # index, name, llm-compressor SUMMARY key or -, then lowbit quantize arguments
@@ -48,9 +44,9 @@ row() {  # index, name, llm-compressor SUMMARY key or -, then lowbit quantize ar
   bytes=$(echo "$report" | sed -E 's/.*"output_bytes": ([0-9]+).*/\1/')
   rss=$(echo "$report" | sed -E 's/.*"peak_rss_bytes": ([0-9]+).*/\1/')
   local ppl128 ppl
-  ppl128=$(ppl_of "$dir" 128)
+  ppl128=$(ppl_of "$dir" 128 --linear-backend dequant)
   ppl=$ppl128
-  [ "$windows" = 128 ] || ppl=$(ppl_of "$dir" "$windows")
+  [ "$windows" = 128 ] || ppl=$(ppl_of "$dir" "$windows" --linear-backend dequant)
   printf '{"name": "%s", "args": "%s", "ppl": %s, "ppl128": %s, "bytes": %s, "seconds": %s, "peak_rss": %s, "reference": "%s"}\n' \
     "$name" "$*" "$ppl" "$ppl128" "$bytes" "$seconds" "$rss" \
     "$reference" > "$out/rows/$(printf %03d "$index").json"
@@ -66,7 +62,7 @@ schedule() {  # row arguments: run in the background once fewer than JOBS runs a
 
 if [[ BF16 =~ $rows_filter ]]; then
   printf '{"name": "BF16", "args": "", "ppl": %s, "ppl128": %s, "bytes": %s, "seconds": 0, "peak_rss": 0, "reference": "bf16"}\n' \
-    "$(bf16_ppl_of "$model" "$windows")" "$(bf16_ppl_of "$model" 128)" \
+    "$(ppl_of "$model" "$windows")" "$(ppl_of "$model" 128)" \
     "$(du -cb "$model"/*.safetensors | tail -1 | cut -f1)" > "$out/rows/000.json"
 fi
 # The slowest runs first, so that JOBS > 1 ends sooner; rows are printed in index order.
