@@ -3,7 +3,8 @@
 # model with lowbit in several schemes, then load each checkpoint through compressed-tensors' own
 # decompressor and through transformers' compressed-tensors support (check_lowbit_checkpoint.py),
 # and compare their logits with lowbit's (weights decompressed to bf16 on both sides: lowbit's
-# `--linear-backend dequant`; its default kernels' logits are reported beside). Writes one JSON
+# `--linear-backend dequant`; its default kernels' logits are reported beside), and every decoder
+# Linear run by compressed-tensors on lowbit's own inputs against lowbit's outputs. Writes one JSON
 # record per checkpoint under OUT_DIR and fails if any check fails. The committed record is
 # tests/golden/llmcompressor/lowbit_checks/; CTest runs this as lowbit_reference_checks where the
 # venv exists.
@@ -36,9 +37,13 @@ check() {  # name, lowbit quantize arguments
   shift
   local dir="$out/$name"
   "$lowbit" quantize "$model" -o "$dir" --overwrite --no-progress "$@" >/dev/null 2>&1
-  local logits=() kernel_logits=()
+  local logits=() kernel_logits=() io=()
+  local last=$((${#prompts[@]} - 1)) linear_io="$out/$name-linear-io.safetensors"
   for i in "${!prompts[@]}"; do
-    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" --linear-backend dequant \
+    # The last (long) prompt also dumps every decoder Linear's input and output, for the
+    # per-module check on lowbit's own inputs.
+    [ "$i" = "$last" ] && io=(--dump-linear-io "$linear_io")
+    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" --linear-backend dequant "${io[@]}" \
       -o "$out/$name-logits-$i.safetensors" >/dev/null 2>&1
     "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" \
       -o "$out/$name-kernel-logits-$i.safetensors" >/dev/null 2>&1
@@ -46,13 +51,14 @@ check() {  # name, lowbit quantize arguments
     kernel_logits+=("$out/$name-kernel-logits-$i.safetensors")
   done
   if "$python" scripts/reference/check_lowbit_checkpoint.py "$dir" --lowbit-logits "${logits[@]}" \
-      --lowbit-kernel-logits "${kernel_logits[@]}" \
+      --lowbit-kernel-logits "${kernel_logits[@]}" --lowbit-linear-io "$linear_io" \
       --load-dtype bfloat16 --lowbit-tol 1e-3 --json "$out/$name.json" > "$out/$name.log" 2>&1; then
     echo "$name: ok"
   else
     echo "$name: FAILED (see $out/$name.log)"
     status=1
   fi
+  rm -f "$linear_io"  # 55 MB each
 }
 
 calib=(--dataset data/text/calibration.txt --num-samples 32 --seq-len 512)

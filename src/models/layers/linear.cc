@@ -7,8 +7,13 @@
 namespace lowbit::models {
 
 void Linear::apply(const float* x, int64_t rows, float* y) const {
+  if (observer != nullptr) observer->observe(x, rows, in_features());
+  compute(x, rows, y);
+  if (observer != nullptr) observer->observe_output(y, rows, out_features());
+}
+
+void Linear::compute(const float* x, int64_t rows, float* y) const {
   const int64_t k = in_features();
-  if (observer != nullptr) observer->observe(x, rows, k);
   const float* bias_data = bias.empty() ? nullptr : bias.data();
   if (method) {
     method->apply(x, rows, bias_data, y);
@@ -24,8 +29,13 @@ void Linear::apply(const float* x, int64_t rows, float* y) const {
   if (input_quant->is_dynamic()) {
     quant::fake_quantize_activations(quantized.data(), rows, k, *input_quant);
   } else {
-    for (float& v : quantized) {
-      v = quant::fake_quantize_value(v, input_scale, 0.0f, *input_quant, DType::F32);
+    // A plain pointer: inside the parallel loop `quantized` would name each thread's own copy.
+    float* values = quantized.data();
+    const int64_t n = rows * k;
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      values[i] = quant::fake_quantize_value(values[i], input_scale, 0.0f, *input_quant,
+                                             DType::F32);
     }
   }
   kernels::matmul(quantized.data(), rows, k, weight, bias_data, y);

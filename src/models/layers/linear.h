@@ -26,6 +26,9 @@ class LinearInputObserver {
   virtual ~LinearInputObserver() = default;
   // x: [rows, in_features], the input the layer is about to multiply.
   virtual void observe(const float* x, int64_t rows, int64_t cols) = 0;
+  // y: [rows, out_features], what it computed from that input (a forward hook; most observers
+  // only need the input).
+  virtual void observe_output(const float* /*y*/, int64_t /*rows*/, int64_t /*cols*/) {}
 };
 
 struct Linear {
@@ -40,8 +43,11 @@ struct Linear {
   int64_t in_features() const { return method ? method_in : weight.dim(1); }
   int64_t out_features() const { return method ? method_out : weight.dim(0); }
 
-  // x: [rows, in_features] → y: [rows, out_features].
+  // x: [rows, in_features] → y: [rows, out_features], seen by the observer if one is set.
   void apply(const float* x, int64_t rows, float* y) const;
+
+ private:
+  void compute(const float* x, int64_t rows, float* y) const;
 };
 
 }  // namespace lowbit::models

@@ -217,6 +217,7 @@ void fake_quantize_input(const float* x, int64_t rows, int64_t cols, const Input
     fake_quantize_activations(out, rows, cols, input.args);
     return;
   }
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
   for (int64_t i = 0; i < rows * cols; ++i) {
     out[i] = fake_quantize_value(out[i], input.static_scale, input.static_zero, input.args,
                                  DType::F32);

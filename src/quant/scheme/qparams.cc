@@ -297,8 +297,28 @@ void fake_quantize_activations(float* x, int64_t rows, int64_t cols, const Quant
     grid_args.strategy = Strategy::Channel;  // one slot per row, as channel is for weights
   }
   const DType f32 = DType::F32;
-  QParams qp = observe_weight_minmax(x, rows, cols, grid_args, f32, global_scale);
-  fake_quantize(x, rows, cols, qp, grid_args, f32);
+  // Rows are independent unless one scale spans them (tensor; tensor_group without a given global
+  // scale): then the whole matrix is one slot.
+  const bool rows_independent =
+      args.strategy != Strategy::Tensor &&
+      !(args.strategy == Strategy::TensorGroup && global_scale <= 0.0f);
+  if (!rows_independent || rows < 64) {
+    QParams qp = observe_weight_minmax(x, rows, cols, grid_args, f32, global_scale);
+    fake_quantize(x, rows, cols, qp, grid_args, f32);
+    return;
+  }
+  // Calibration and emulated evaluation pass every Linear input through here: split the rows
+  // over the threads (same values as one call: each row's scale depends on that row only).
+  constexpr int64_t kRowsPerChunk = 32;
+  const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kRowsPerChunk;
+    const int64_t n = std::min(kRowsPerChunk, rows - begin);
+    float* block = x + begin * cols;
+    QParams qp = observe_weight_minmax(block, n, cols, grid_args, f32, global_scale);
+    fake_quantize(block, n, cols, qp, grid_args, f32);
+  }
 }
 
 }  // namespace lowbit::quant

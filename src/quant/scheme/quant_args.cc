@@ -224,7 +224,8 @@ double QuantArgs::qmin() const { return -qmax() - (type == QuantType::Int ? 1.0 
 
 double QuantArgs::qmax() const {
   if (type == QuantType::Float) return num_bits == 4 ? 6.0 : 448.0;
-  return std::ldexp(1.0, num_bits - 1) - 1.0;
+  // A shift, not ldexp: this runs once per value in every fake quantization.
+  return static_cast<double>((int64_t{1} << (num_bits - 1)) - 1);
 }
 
 // compressed-tensors' validate_model_after, in its order, plus lowbit's own limits (noted).

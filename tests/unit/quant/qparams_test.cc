@@ -183,6 +183,26 @@ TEST(FakeQuantizeActivations, MatchCompressedTensors) {
   }
 }
 
+// The same vectors stacked 50 times (200 rows): large inputs are split over threads by rows,
+// which must not change a value (tiling keeps every per-row, per-group and per-tensor range).
+TEST(FakeQuantizeActivations, ManyRowsMatchCompressedTensorsToo) {
+  const auto cases = testing::load_json("ct_act_vectors.json");
+  constexpr int kCopies = 50;
+  for (auto it = cases.begin(); it != cases.end(); ++it) {
+    const QuantArgs a = parse_quant_args(nlohmann::json::parse(it.value()["args"].dump()), it.key());
+    const auto& gs = it.value()["global_scale"];
+    const std::vector<float> x = testing::to_floats(testing::vectors().get(it.key() + ".input"));
+    const std::vector<float> want = testing::to_floats(testing::vectors().get(it.key() + ".output"));
+    std::vector<float> tiled, tiled_want;
+    for (int c = 0; c < kCopies; ++c) {
+      tiled.insert(tiled.end(), x.begin(), x.end());
+      tiled_want.insert(tiled_want.end(), want.begin(), want.end());
+    }
+    fake_quantize_activations(tiled.data(), 4 * kCopies, 256, a, gs.is_null() ? 0.0f : gs.get<float>());
+    EXPECT_EQ(testing::first_bit_difference(tiled, tiled_want), -1) << it.key();
+  }
+}
+
 // Quantize → dequantize error per element, for every preset's weights, against the bound its grid
 // allows. s is the effective scale (scale / global scale). bf16 arithmetic adds up to 2^-8
 // relative twice (x/s rounded before the rounding to the grid, and the output), hence |x|·2^-7.
