@@ -9,7 +9,8 @@
 # tests/golden/llmcompressor/lowbit_checks/; CTest runs this as lowbit_reference_checks where the
 # venv exists.
 #
-# Usage: scripts/reference/check_lowbit_checkpoints.sh LOWBIT_BINARY OUT_DIR [PYTHON]
+# Usage: [CHECKS=REGEX] scripts/reference/check_lowbit_checkpoints.sh LOWBIT_BINARY OUT_DIR [PYTHON]
+#   CHECKS: only the checks whose name matches this extended regex (default: all fourteen).
 #   PYTHON: the reference venv's python (scripts/reference/setup-llmcompressor-venv.sh), default
 #   $LOWBIT_LLMC_PYTHON, else <repo>/.venv-llmcompressor/bin/python (the setup script's default);
 #   exit 77 (skipped) when there is none.
@@ -35,6 +36,7 @@ status=0
 check() {  # name, lowbit quantize arguments
   local name=$1
   shift
+  [[ $name =~ ${CHECKS:-.} ]] || return 0
   local dir="$out/$name"
   "$lowbit" quantize "$model" -o "$dir" --overwrite --no-progress "$@" >/dev/null 2>&1
   local logits=() kernel_logits=() io=()
@@ -71,5 +73,10 @@ check FP8_DYNAMIC-rtn --scheme FP8_DYNAMIC --algo rtn
 check FP8_BLOCK-rtn --scheme FP8_BLOCK --algo rtn
 check NVFP4A16-rtn --scheme NVFP4A16 --algo rtn
 check MXFP4A16-rtn --scheme MXFP4A16 --algo rtn
+check W4A8-gptq --scheme W4A8 --algo gptq "${calib[@]}"
+check W4A8_CHANNEL-rtn --scheme W4A8_CHANNEL --algo rtn
+check W4AFP8-rtn --scheme W4AFP8 --algo rtn
+check NVFP4-rtn --scheme NVFP4 --algo rtn "${calib[@]}"
+check MXFP4-rtn --scheme MXFP4 --algo rtn
 # Not checked: actorder group (weight_g_idx), which compressed-tensors 0.19 itself rejects.
 exit $status

@@ -2,6 +2,7 @@
 #include "models/gguf_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -162,6 +163,43 @@ void add_rope_scaling(const GgufFile& file, const std::string& arch, nlohmann::j
   config["rope_scaling"] = rope;
 }
 
+// llama.cpp's rope_freqs.weight (written for Llama 3.1-style RoPE scaling): one divisor per rotary
+// frequency, angle_i = pos · base^(-2i/d) / f_i at every length. transformers computes exactly that
+// for rope_type longrope with short_factor = long_factor = f and attention_factor 1, so the model
+// runs it as such.
+void add_rope_freqs(const GgufFile& file, const std::string& arch, nlohmann::json& config) {
+  const GgufTensorInfo* info = file.find_tensor("rope_freqs.weight");
+  if (info == nullptr) return;
+  const std::string where = file.path() + ": tensor 'rope_freqs.weight'";
+  if (config.contains("rope_scaling")) {
+    throw Unsupported(where + " together with " + arch + ".rope.scaling.type '" +
+                      config["rope_scaling"]["rope_type"].get<std::string>() +
+                      "': llama.cpp applies both; lowbit runs one or the other");
+  }
+  const int64_t half = config["head_dim"].get<int64_t>() / 2;
+  if (info->type != GgmlType::F32 || info->shape() != Shape{half}) {
+    throw InvalidArgument(where + ": must be F32 [" + std::to_string(half) +
+                          "] (one factor per rotary frequency), not " +
+                          std::string(formats::ggml_type_name(info->type)) + " " +
+                          shape_to_string(info->shape()));
+  }
+  std::vector<float> factors(static_cast<size_t>(half));
+  std::memcpy(factors.data(), file.tensor_data(*info).data(), factors.size() * sizeof(float));
+  for (size_t i = 0; i < factors.size(); ++i) {
+    if (!std::isfinite(factors[i]) || factors[i] <= 0.0f) {
+      throw InvalidArgument(where + ": factor " + std::to_string(i) + " is " +
+                            std::to_string(factors[i]) + " (must be finite and > 0)");
+    }
+  }
+  const std::vector<double> f(factors.begin(), factors.end());
+  config["rope_scaling"] = {{"rope_type", "longrope"},
+                            {"short_factor", f},
+                            {"long_factor", f},
+                            {"attention_factor", 1.0},
+                            {"original_max_position_embeddings", config["max_position_embeddings"]},
+                            {"rope_theta", config["rope_theta"]}};
+}
+
 }  // namespace
 
 std::optional<std::string> find_gguf_model(const std::string& path) {
@@ -194,10 +232,6 @@ std::string gguf_config_json(const GgufFile& file) {
     throw Unsupported(file.path() + ": general.architecture '" + arch +
                       "' is not supported for GGUF models yet (supported: llama)");
   }
-  if (file.find_tensor("rope_freqs.weight") != nullptr) {
-    throw Unsupported(file.path() + ": tensor 'rope_freqs.weight' (Llama 3.1-style RoPE "
-                      "frequency factors) is not supported for GGUF models yet");
-  }
   if (file.find_tensor("blk.0.ffn_gate_exps.weight") != nullptr) {
     throw Unsupported(file.path() + ": llama with experts (ffn_*_exps) is not supported for "
                       "GGUF models yet");
@@ -227,6 +261,7 @@ std::string gguf_config_json(const GgufFile& file) {
   config["rms_norm_eps"] = file.get_float(p + "attention.layer_norm_rms_epsilon");
   config["rope_theta"] = file.get_float(p + "rope.freq_base", 10000.0);
   add_rope_scaling(file, arch, config);
+  add_rope_freqs(file, arch, config);
   if (file.find("tokenizer.ggml.tokens") != nullptr) {
     config["vocab_size"] = file.get("tokenizer.ggml.tokens")
                                .as_array(file.path() + ": metadata key \"tokenizer.ggml.tokens\"")
@@ -269,6 +304,7 @@ formats::Checkpoint gguf_checkpoint(const std::shared_ptr<GgufFile>& file, int64
   }
   std::map<std::string, Tensor> tensors;
   for (const GgufTensorInfo& info : file->tensors()) {
+    if (info.name == "rope_freqs.weight") continue;  // read into the config (add_rope_freqs)
     std::string name = hf_name(info.name);
     if (name.empty()) name = info.name;  // reported as unused by the weight loader
     const std::string where = file->path() + ": tensor '" + info.name + "'";

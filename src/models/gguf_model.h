@@ -30,9 +30,10 @@ namespace lowbit::models {
 // with several .gguf files and no safetensors: InvalidArgument listing them.
 std::optional<std::string> find_gguf_model(const std::string& path);
 
-// config.json text equivalent to `file`'s metadata. Unsupported naming general.architecture for
-// an architecture other than llama, and for what lowbit cannot express yet (Llama 3's
-// rope_freqs tensor, experts); InvalidArgument naming the file and key for missing/bad values.
+// config.json text equivalent to `file`'s metadata (a rope_freqs tensor becomes the equivalent
+// rope_scaling). Unsupported naming general.architecture for an architecture other than llama,
+// and for what lowbit cannot express yet (experts; rope_freqs together with a rope scaling
+// type); InvalidArgument naming the file and key for missing/bad values.
 // Holds the gguf quantization_config when some projection is Q4_0 / Q8_0 (see above).
 std::string gguf_config_json(const formats::GgufFile& file);
 

@@ -10,6 +10,8 @@
 // summation order differs (~1e-6 relative); a wrong permutation, name or config field moves the
 // logits by O(1) (measured with the permutation left undone: max |diff| 2.4 on logits of max
 // magnitude 18, i.e. 0.13 relative; with it: <= 8e-7 relative on every prompt).
+// The Llama 3.1-RoPE fixture (scripts/fixtures/make_gguf_rope_freqs_fixture.py, the same tools) has
+// a rope_freqs.weight tensor; its golden is transformers' llama3 RoPE on the file's own weights.
 // Q4_0 / Q8_0 projections and LM heads run on the int kernels (quant/methods/gguf.cc); the Q4_0
 // fixture (scripts/fixtures/make_gguf_q4_0_fixture.py, gguf-py's quantizer) has no transformers
 // golden: its int path is checked against the same file decoded to F32 (--linear-backend dequant,
@@ -44,6 +46,7 @@ const fs::path kDir = fs::path(LOWBIT_SOURCE_DIR) / "tests/golden/gguf";
 const fs::path kQ8 = kDir / "ref-llama-2l-q8_0.gguf";
 const fs::path kQ4 = kDir / "ref-llama-2l-q4_k_m.gguf";
 const fs::path kQ4_0 = kDir / "ref-llama-2l-q4_0.gguf";
+const fs::path kRope = kDir / "ref-llama-2l-llama3rope-q8_0.gguf";
 constexpr double kRelativeTolerance = 1e-3;
 // --dtype bfloat16 rounds every decoded weight to 8 significant bits (relative error <= 2^-9),
 // which moved these logits by <= 1.7e-3 relative (measured on Q8_0 when it was decoded; on
@@ -346,6 +349,48 @@ TEST(GgufModel, UnknownArchitectureIsUnsupported) {
     FAIL() << "expected Unsupported";
   } catch (const Unsupported& e) {
     EXPECT_THAT(e.what(), HasSubstr("general.architecture 'gemma' is not supported"));
+    EXPECT_THAT(e.what(), HasSubstr(path.string()));
+  }
+}
+
+// Llama 3.1-style RoPE: llama.cpp's converter turned rope_type llama3 (factor 8, low 1, high 4,
+// original context 32: the 32 frequencies kept, smoothed and divided by 8) into rope_freqs.weight;
+// transformers' llama3 RoPE on the file's own weights is the golden
+// (scripts/fixtures/make_gguf_rope_freqs_fixture.py). Ignoring the tensor moves these logits by
+// up to 3.0 (the script measures it), far outside kRelativeTolerance.
+TEST(GgufModel, RopeFreqsMatchTransformersLlama3Rope) {
+  auto model = Model::load(kRope.string());
+  const RopeConfig& rope = model->config().rope;
+  EXPECT_EQ(rope.type, RopeType::LONGROPE);  // the same angles: inv_freq / factor at any length
+  ASSERT_EQ(rope.short_factor.size(), 32u);
+  EXPECT_EQ(rope.short_factor, rope.long_factor);
+  EXPECT_DOUBLE_EQ(rope.short_factor.front(), 1.0);
+  EXPECT_DOUBLE_EQ(rope.short_factor.back(), 8.0);
+  EXPECT_EQ(*rope.attention_factor, 1.0);
+  EXPECT_TRUE(model->summary().unused_tensors.empty());
+  static auto file =
+      formats::SafetensorsFile::open((kDir / "gguf_rope_freqs_logits.safetensors").string());
+  expect_logits_match(*model, *file, "llama3rope.");
+}
+
+TEST(GgufModel, BadRopeFreqsAreNamed) {
+  ScratchDir dir;
+  std::string bytes = read_bytes(kRope);
+  {
+    auto file = formats::GgufFile::open(kRope.string());
+    const formats::GgufTensorInfo* info = file->find_tensor("rope_freqs.weight");
+    ASSERT_NE(info, nullptr);
+    const float negative = -1.0f;  // the first factor
+    bytes.replace(file->data_offset() + info->offset, sizeof negative,
+                  reinterpret_cast<const char*>(&negative), sizeof negative);
+  }
+  const fs::path path = dir.path() / "bad-rope.gguf";
+  write_bytes(path, bytes);
+  try {
+    Model::load(path.string());
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tensor 'rope_freqs.weight': factor 0 is -1"));
     EXPECT_THAT(e.what(), HasSubstr(path.string()));
   }
 }
