@@ -228,20 +228,20 @@ std::optional<std::string> find_gguf_model(const std::string& path) {
 
 std::string gguf_config_json(const GgufFile& file) {
   const std::string arch = file.get_string("general.architecture");
-  if (arch != "llama") {
+  if (arch != "llama" && arch != "qwen2") {
     throw Unsupported(file.path() + ": general.architecture '" + arch +
-                      "' is not supported for GGUF models yet (supported: llama)");
+                      "' is not supported for GGUF models yet (supported: llama, qwen2)");
   }
   if (file.find_tensor("blk.0.ffn_gate_exps.weight") != nullptr) {
-    throw Unsupported(file.path() + ": llama with experts (ffn_*_exps) is not supported for "
-                      "GGUF models yet");
+    throw Unsupported(file.path() + ": " + arch + " with experts (ffn_*_exps) is not supported "
+                      "for GGUF models yet");
   }
   const std::string p = arch + ".";
   const uint64_t heads = file.get_uint(p + "attention.head_count");
   const uint64_t hidden = file.get_uint(p + "embedding_length");
   nlohmann::json config;
-  config["architectures"] = {"LlamaForCausalLM"};
-  config["model_type"] = "llama";
+  config["architectures"] = {arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  config["model_type"] = arch;
   config["hidden_size"] = hidden;
   config["num_hidden_layers"] = file.get_uint(p + "block_count");
   config["intermediate_size"] = file.get_uint(p + "feed_forward_length");
@@ -255,7 +255,7 @@ std::string gguf_config_json(const GgufFile& file) {
   if (file.get_uint(p + "rope.dimension_count", head_dim) != head_dim) {
     throw Unsupported(file.path() + ": " + p + "rope.dimension_count " +
                       std::to_string(file.get_uint(p + "rope.dimension_count")) +
-                      " differs from the head size; llama rotates whole heads");
+                      " differs from the head size; " + arch + " rotates whole heads");
   }
   config["max_position_embeddings"] = file.get_uint(p + "context_length");
   config["rms_norm_eps"] = file.get_float(p + "attention.layer_norm_rms_epsilon");
@@ -279,8 +279,17 @@ std::string gguf_config_json(const GgufFile& file) {
     config["quantization_config"] = {{"quant_method", "gguf"}, {"modules", modules}};
   }
   config["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
-  config["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
-  config["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+  if (arch == "llama") {  // Qwen2 always has q/k/v biases and no others (models/qwen2.cc)
+    config["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+    config["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+  } else {
+    for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+      if (file.find_tensor(std::string("blk.0.") + bias) == nullptr) {
+        throw InvalidArgument(file.path() + ": tensor 'blk.0." + bias + "' is missing (" + arch +
+                              " needs it)");
+      }
+    }
+  }
   for (const char* key : {"bos_token_id", "eos_token_id", "padding_token_id"}) {
     const std::string gguf_key = std::string("tokenizer.ggml.") + key;
     if (file.find(gguf_key) == nullptr) continue;
@@ -297,24 +306,25 @@ formats::Checkpoint gguf_checkpoint(const std::shared_ptr<GgufFile>& file, int64
     throw InvalidArgument(file->path() + ": quantized GGUF tensors decode to float32, bfloat16 or "
                           "float16, not " + std::string(dtype_name(decoded_dtype)));
   }
+  const std::string arch = file->get_string("general.architecture");
   for (const std::string& name : required_tensors(num_layers)) {
     if (file->find_tensor(name) == nullptr) {
-      throw InvalidArgument(file->path() + ": tensor '" + name + "' is missing (llama needs it)");
+      throw InvalidArgument(file->path() + ": tensor '" + name + "' is missing (" + arch +
+                            " needs it)");
     }
   }
+  // Only LlamaModel.permute's interleaving needs undoing: the converter writes Qwen2's q/k as
+  // they are.
+  const bool permuted_qk = arch == "llama";
   std::map<std::string, Tensor> tensors;
   for (const GgufTensorInfo& info : file->tensors()) {
     if (info.name == "rope_freqs.weight") continue;  // read into the config (add_rope_freqs)
     std::string name = hf_name(info.name);
     if (name.empty()) name = info.name;  // reported as unused by the weight loader
     const std::string where = file->path() + ": tensor '" + info.name + "'";
-    int64_t permuted_heads = 0;
-    if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias")) {
-      permuted_heads = num_heads;
-    } else if (ends_with(name, "self_attn.k_proj.weight") ||
-               ends_with(name, "self_attn.k_proj.bias")) {
-      permuted_heads = num_kv_heads;
-    }
+    const bool q = ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias");
+    const bool k = ends_with(name, "self_attn.k_proj.weight") || ends_with(name, "self_attn.k_proj.bias");
+    const int64_t permuted_heads = !permuted_qk ? 0 : q ? num_heads : k ? num_kv_heads : 0;
     Tensor t;
     if (const std::string module = int_kernel_module(info); !module.empty()) {
       // The blocks as stored, one row of blocks per output feature: the gguf method's qweight.

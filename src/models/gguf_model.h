@@ -2,7 +2,8 @@
 // Hugging Face would have, and its tensors become a formats::Checkpoint under Hugging Face's
 // names, so that the shared config parser, ArchSpec and weight loader run unchanged.
 //
-// Supported: general.architecture "llama" (LlamaForCausalLM). Projections (q/k/v/o/gate/up/down)
+// Supported: general.architecture "llama" (LlamaForCausalLM) and "qwen2" (Qwen2ForCausalLM: q/k/v
+// biases, q/k not permuted by the converter). Projections (q/k/v/o/gate/up/down)
 // and the LM head stored as Q4_0 or Q8_0 run on the int kernels (W4A16 / W8A16, group 32): the
 // config gets quantization_config {"quant_method": "gguf", "modules": {module: type}} and the
 // checkpoint the module's raw blocks as "<module>.qweight" (U8 [out, row bytes], a view of the
@@ -10,7 +11,7 @@
 // round trip. Every other quantized tensor (the other types of formats/gguf_dequant.h, and the
 // embedding whatever its type) is decoded at load, exactly as gguf-py dequantizes it, and held as
 // F32 (default) or BF16 / F16; F32 / F16 / BF16 tensors stay zero-copy views of the mapped file.
-// attn_q / attn_k (and their biases, and their qweight rows of blocks) get back Hugging Face's row
+// Llama's attn_q / attn_k (and their biases, and their qweight rows of blocks) get back Hugging Face's row
 // order: convert_hf_to_gguf.py's LlamaModel.permute interleaves the two rotary halves of each head
 // (row h*d + i*d/2 + j becomes h*d + 2*j + i, for head h of size d, half i, j < d/2; attn_k uses
 // the KV head count).
@@ -31,7 +32,7 @@ namespace lowbit::models {
 std::optional<std::string> find_gguf_model(const std::string& path);
 
 // config.json text equivalent to `file`'s metadata (a rope_freqs tensor becomes the equivalent
-// rope_scaling). Unsupported naming general.architecture for an architecture other than llama,
+// rope_scaling). Unsupported naming general.architecture for one other than llama and qwen2,
 // and for what lowbit cannot express yet (experts; rope_freqs together with a rope scaling
 // type); InvalidArgument naming the file and key for missing/bad values.
 // Holds the gguf quantization_config when some projection is Q4_0 / Q8_0 (see above).

@@ -19,6 +19,11 @@ const char* const kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// Qwen2's: digits one at a time (Llama 3 takes up to three).
+const char* const kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 struct PreTokenizer {
   json config;
   bool ignore_merges = false;
@@ -30,19 +35,24 @@ PreTokenizer pre_tokenizer(const formats::GgufFile& file) {
                               ? file.get_string("tokenizer.ggml.pre")
                               : std::string();
   PreTokenizer p;
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+  const bool llama3 = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";
+  // llama.cpp reads "deepseek-r1-qwen" as qwen2 too.
+  const bool qwen2 = pre == "qwen2" || pre == "deepseek-r1-qwen";
+  if (llama3 || qwen2) {
     p.config = {{"type", "Sequence"},
                 {"pretokenizers",
                  json::array({{{"type", "Split"},
-                               {"pattern", {{"Regex", kLlama3Regex}}},
+                               {"pattern", {{"Regex", llama3 ? kLlama3Regex : kQwen2Regex}}},
                                {"behavior", "Isolated"},
                                {"invert", false}},
                               {{"type", "ByteLevel"},
                                {"add_prefix_space", false},
                                {"trim_offsets", true},
                                {"use_regex", false}}})}};
-    p.ignore_merges = true;
-    p.add_bos = true;
+    // Llama 3's tokenizer.json ignores merges for whole-word tokens; Qwen2's does not, and
+    // llama.cpp adds no BOS for it.
+    p.ignore_merges = llama3;
+    p.add_bos = llama3;
     return p;
   }
   if (pre == "gpt-2") {
@@ -53,7 +63,7 @@ PreTokenizer pre_tokenizer(const formats::GgufFile& file) {
     return p;
   }
   throw Unsupported(file.path() + ": tokenizer.ggml.pre '" + pre +
-                    "' is not supported (llama-bpe, llama3, llama-v3, gpt-2)");
+                    "' is not supported (llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen, gpt-2)");
 }
 
 bool flag(const formats::GgufFile& file, const std::string& key, bool fallback) {

@@ -5,7 +5,9 @@
 //
 // Supported: tokenizer.ggml.model "gpt2" (byte-level BPE) with tokenizer.ggml.pre "llama-bpe" /
 // "llama3" / "llama-v3" (Llama 3's split regex; merges ignored for words already in the vocab, as
-// llama.cpp does for that pre-tokenizer) or "gpt-2" / "default" (GPT-2's byte-level regex).
+// llama.cpp does for that pre-tokenizer), "qwen2" / "deepseek-r1-qwen" (Qwen2's regex, digits one
+// at a time; merges always applied, no BOS by default) or "gpt-2" (GPT-2's byte-level
+// regex).
 // Tokens of type CONTROL become special added tokens, USER_DEFINED ones plain added tokens. BOS is
 // prepended when tokenizer.ggml.add_bos_token says so (absent: llama.cpp's default for the
 // pre-tokenizer, true for llama-bpe); EOS appended when tokenizer.ggml.add_eos_token is true.

@@ -373,6 +373,32 @@ TEST(GgufModel, RopeFreqsMatchTransformersLlama3Rope) {
   expect_logits_match(*model, *file, "llama3rope.");
 }
 
+// Qwen2 (scripts/fixtures/make_gguf_qwen2_fixture.py): a tiny random Qwen2ForCausalLM with random
+// q/k/v biases and tied embeddings, converted by llama.cpp's converter (BF16, then Q8_0 by
+// llama-quantize). Goldens: the Hugging Face model's fp32 forward on its bf16 weights (BF16 file)
+// and transformers' own loading of the Q8_0 file. Same criterion as the Llama files; measured
+// 2.4e-7 on both (logits of max magnitude 0.63). Qwen2's q/k are not permuted by the converter:
+// applying Llama's permutation to them moves these logits by 0.008 (13x the tolerance), losing
+// the biases by 0.81 (both measured on the Hugging Face model, prompt 0).
+TEST(GgufModel, Qwen2MatchesTransformers) {
+  static auto file =
+      formats::SafetensorsFile::open((kDir / "qwen2_golden.safetensors").string());
+  auto bf16 = Model::load((kDir / "qwen2-tiny-bf16.gguf").string());
+  const ModelConfig& c = bf16->config();
+  EXPECT_EQ(c.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(c.attention_qkv_bias);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  EXPECT_TRUE(bf16->summary().unused_tensors.empty());
+  expect_logits_match(*bf16, *file, "bf16.");
+  auto q8 = Model::load((kDir / "qwen2-tiny-q8_0.gguf").string());
+  for (const auto& [name, kernel] : kernels_of(*q8)) {
+    if (name == "lm_head") continue;  // tied: the decoded embedding
+    EXPECT_TRUE(is_wna16(kernel)) << name << " runs on '" << kernel << "'";
+  }
+  expect_logits_match(*q8, *file, "q8_0.");
+}
+
 TEST(GgufModel, BadRopeFreqsAreNamed) {
   ScratchDir dir;
   std::string bytes = read_bytes(kRope);

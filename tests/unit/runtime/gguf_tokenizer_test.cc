@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "lowbit/error.h"
 #include "models/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -61,6 +62,28 @@ TEST(GgufTokenizer, MatchesTokenizerJsonOnHeldoutText) {
   EXPECT_EQ(ours.encode(text, true), ids);
   EXPECT_EQ(ours.decode(ids, true), hf.decode(ids, true));
   EXPECT_EQ(ours.decode(ids, false), hf.decode(ids, false));
+}
+
+// Qwen2's pre-tokenizer (digits one at a time): tests/golden/gguf/qwen2-tiny-q8_0.gguf, written by
+// llama.cpp's converter with tokenizer.ggml.pre "qwen2" (scripts/fixtures/make_gguf_qwen2_fixture.py);
+// golden ids from transformers' tokenizer built from that file (equal to the tokenizer.json's).
+TEST(GgufTokenizer, Qwen2PreTokenizerMatchesTransformers) {
+  const fs::path path = kRoot / "tests/golden/gguf/qwen2-tiny-q8_0.gguf";
+  auto file = formats::GgufFile::open(path.string());
+  const Tokenizer tokenizer = Tokenizer::from_json_string(gguf_tokenizer_json(*file), path.string());
+  const nlohmann::json texts =
+      nlohmann::json::parse(read_text(kRoot / "tests/golden/gguf/qwen2_texts.json"));
+  auto golden = formats::SafetensorsFile::open(
+      (kRoot / "tests/golden/gguf/qwen2_golden.safetensors").string());
+  ASSERT_EQ(texts.size(), 4u);
+  for (size_t j = 0; j < texts.size(); ++j) {
+    const Tensor want = golden->get("text" + std::to_string(j) + ".ids");
+    const int64_t* p = want.data_as<const int64_t>();
+    const std::vector<int32_t> ids(p, p + want.numel());
+    EXPECT_EQ(tokenizer.encode(texts[j].get<std::string>(), false), ids) << texts[j];
+  }
+  // With Llama 3's regex "2024" would be one piece; here each digit is its own token.
+  EXPECT_EQ(tokenizer.encode("x=12345", false).size(), 7u);
 }
 
 TEST(GgufTokenizer, UnsupportedTokenizerModelIsNamed) {
