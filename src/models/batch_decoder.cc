@@ -153,7 +153,9 @@ bool rows_independent(const Linear& linear) {
   if (linear.method) return false;
   if (!linear.input_quant || !linear.input_quant->is_dynamic()) return true;
   const quant::Strategy s = linear.input_quant->strategy;
-  return s != quant::Strategy::Tensor && s != quant::Strategy::TensorGroup;
+  // tensor_group's global scale is per tensor unless calibrated (input_scale).
+  return s != quant::Strategy::Tensor &&
+         !(s == quant::Strategy::TensorGroup && linear.input_scale <= 0.0f);
 }
 
 bool all_rows_independent(const DecoderWeights& w) {

@@ -27,7 +27,9 @@ void Linear::compute(const float* x, int64_t rows, float* y) const {
   thread_local std::vector<float> quantized;
   quantized.assign(x, x + rows * k);
   if (input_quant->is_dynamic()) {
-    quant::fake_quantize_activations(quantized.data(), rows, k, *input_quant);
+    const bool nvfp4 = input_quant->strategy == quant::Strategy::TensorGroup;
+    quant::fake_quantize_activations(quantized.data(), rows, k, *input_quant,
+                                     nvfp4 ? input_scale : 0.0f);
   } else {
     // A plain pointer: inside the parallel loop `quantized` would name each thread's own copy.
     float* values = quantized.data();

@@ -37,7 +37,7 @@ struct Linear {
   std::shared_ptr<const quant::LinearMethod> method;  // quantized layers: runs apply()
   int64_t method_in = 0, method_out = 0;               // their shape
   std::optional<quant::QuantArgs> input_quant;  // activation fake quantization
-  float input_scale = 0.0f;                     // its scale when static (per tensor)
+  float input_scale = 0.0f;  // its scale when static (per tensor); NVFP4 inputs: the global scale
   LinearInputObserver* observer = nullptr;      // not owned; set only while calibrating
 
   int64_t in_features() const { return method ? method_in : weight.dim(1); }

@@ -7,6 +7,8 @@
 //   fp8 weights (tensor/channel/group/block)    → fp8   (FP8, FP8_DYNAMIC, FP8_BLOCK; inputs
 //                                                  fake-quantized to fp8 in fp32)
 //   fp4 / mx / anything else                    → dequant (NVFP4, MXFP4, ...)
+#include <cmath>
+
 #include "core/float_convert.h"
 #include "lowbit/error.h"
 #include "quant/methods/gpu_linear_kernels.h"
@@ -68,7 +70,22 @@ class CompressedTensorsLinear : public KernelLinear {
     if (!scheme_.input_activations) return std::nullopt;
     InputQuant in;
     in.args = *scheme_.input_activations;
-    if (!in.args.is_dynamic()) {
+    if (in.args.strategy == Strategy::TensorGroup) {
+      // NVFP4 activations: per-16 scales at run time, under the calibrated global scale
+      // (vLLM's CompressedTensorsW4A4Fp4 requires it too).
+      if (!layer.has("input_global_scale")) {
+        throw InvalidArgument(layer.describe("input_global_scale") +
+                              " is missing: tensor_group input activations need their "
+                              "calibrated global scale");
+      }
+      const Tensor g = layer.get("input_global_scale").to_f32();
+      if (g.numel() != 1 || !std::isfinite(g.data_as<const float>()[0]) ||
+          g.data_as<const float>()[0] <= 0.0f) {
+        throw InvalidArgument(layer.describe("input_global_scale") +
+                              " must hold one finite value > 0, it has " + g.shape_string());
+      }
+      in.global_scale = g.data_as<const float>()[0];
+    } else if (!in.args.is_dynamic()) {
       const Tensor scale = layer.get("input_scale").to_f32();
       if (scale.numel() != 1) {
         throw InvalidArgument(layer.describe("input_scale") + " must hold one value (static " +

@@ -214,7 +214,7 @@ void fake_quantize_input(const float* x, int64_t rows, int64_t cols, const Input
   std::memcpy(out, x, static_cast<size_t>(rows * cols) * sizeof(float));
   if (fake_quantize_fp8_dynamic(out, rows, cols, input.args)) return;
   if (input.args.is_dynamic()) {
-    fake_quantize_activations(out, rows, cols, input.args);
+    fake_quantize_activations(out, rows, cols, input.args, input.global_scale);
     return;
   }
 #pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))

@@ -28,6 +28,7 @@ struct InputQuant {
   QuantArgs args;           // type, bits, strategy (token / tensor / group), symmetric
   float static_scale = 0;   // static (per-tensor) schemes: input_scale
   float static_zero = 0;    // static asymmetric schemes: input_zero_point
+  float global_scale = 0;   // tensor_group (NVFP4) inputs: input_global_scale
 };
 
 // The kernel families, for KernelSpec lists in method descriptions.

@@ -169,6 +169,11 @@ std::vector<NamedTensor> compress_module(const OutputRequest& r, int index) {
   std::vector<NamedTensor> out = compress_weight(w, group_format(scheme));
   if (scheme.input_activations && !scheme.input_activations->is_dynamic()) {
     out.push_back({p.name + ".input_scale", vector_tensor({m.input_scale}, {1}, r.compute)});
+  } else if (scheme.input_activations &&
+             scheme.input_activations->strategy == Strategy::TensorGroup) {
+    // NVFP4 inputs: group scales computed at run time under this calibrated global scale
+    // (compressed-tensors keeps it in float32 whatever the model dtype).
+    out.push_back({p.name + ".input_global_scale", vector_tensor({m.input_scale}, {1}, DType::F32)});
   }
   return out;
 }

@@ -19,8 +19,11 @@ const QuantScheme& scheme_of(const QuantizeContext& ctx, const PlannedLinear& p)
   return ctx.step->groups[static_cast<size_t>(p.group)].second;
 }
 
-bool static_inputs(const QuantScheme& s) {
-  return s.input_activations && !s.input_activations->is_dynamic();
+// Input activations whose checkpoint needs a number calibrated over the data: a static scale
+// (input_scale), or the global scale of NVFP4's dynamic local groups (input_global_scale).
+bool calibrated_inputs(const QuantScheme& s) {
+  return s.input_activations && (!s.input_activations->is_dynamic() ||
+                                 s.input_activations->strategy == Strategy::TensorGroup);
 }
 
 // Global min / max over every batch (static_minmax): what a static activation scale needs.
@@ -158,9 +161,11 @@ void quantize_modules(const QuantizeContext& ctx, int layer, const GptqFn* gptq,
     quantize_weight(ctx, index, gptq, scales.at(index), m);
     if (ranges.count(index) != 0) {
       const RangeTracker& r = ranges.at(index);
-      m.input_scale = qparams_from_minmax({r.min}, {r.max}, 1, 1,
-                                          *scheme_of(ctx, p).input_activations, ctx.compute)
-                          .scale[0];
+      const QuantArgs& in = *scheme_of(ctx, p).input_activations;
+      // tensor_group: generate_gparam over the observed range, as for NVFP4 weights.
+      m.input_scale = in.strategy == Strategy::TensorGroup
+                          ? nvfp4_global_scale(std::max(std::fabs(r.min), std::fabs(r.max)), ctx.compute)
+                          : qparams_from_minmax({r.min}, {r.max}, 1, 1, in, ctx.compute).scale[0];
     }
     ++done;
     char line[96];
@@ -180,7 +185,7 @@ void quantize_modules(const QuantizeContext& ctx, int layer, const GptqFn* gptq,
 bool needs_calibration(const QuantizeStep& step) {
   if (step.gptq || step.kv_cache_scheme) return true;
   for (const auto& [name, scheme] : step.groups) {
-    if (static_inputs(scheme)) return true;
+    if (calibrated_inputs(scheme)) return true;
   }
   return false;
 }
@@ -208,7 +213,7 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
     const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
     if (p.group < 0) continue;
     const bool needs_h = ctx.step->gptq && hessian_source(p.role) == p.role;
-    const bool needs_range = static_inputs(scheme_of(ctx, p));
+    const bool needs_range = calibrated_inputs(scheme_of(ctx, p));
     if (!needs_h && !needs_range) continue;
     HessianAccumulator* h = nullptr;
     if (needs_h) {
@@ -284,8 +289,8 @@ void quantize_layer_on(const QuantizeContext& ctx, int layer, QuantizeOutcome& o
   std::vector<LinearRole> inputs;  // the Hessians this layer's modules need, in model order
   for (int index : ctx.plan->of_layer(layer)) {
     const PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
-    LOWBIT_CHECK_AS(Internal, p.group < 0 || !static_inputs(scheme_of(ctx, p)),
-                    "quantize_layer_on: " + p.name + " has static input activations");
+    LOWBIT_CHECK_AS(Internal, p.group < 0 || !calibrated_inputs(scheme_of(ctx, p)),
+                    "quantize_layer_on: " + p.name + " has calibrated input activations");
     const LinearRole source = hessian_source(p.role);
     if (p.group >= 0 && std::find(inputs.begin(), inputs.end(), source) == inputs.end()) {
       inputs.push_back(source);

@@ -33,7 +33,7 @@ struct QuantizedModule {
   // writer must not quantize the round-tripped weight a second time).
   std::vector<NamedTensor> written;
   std::vector<int32_t> g_idx;  // actorder=group only
-  float input_scale = 0.0f;    // static input activations only
+  float input_scale = 0.0f;    // static inputs: input_scale; NVFP4 (tensor_group): input_global_scale
   double loss = 0.0;           // GPTQ's error (0 for RTN)
   double seconds = 0.0;
   int damping_retries = 0;

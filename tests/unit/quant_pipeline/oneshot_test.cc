@@ -140,9 +140,11 @@ TEST(OneshotTest, Fp8DynamicWithinOnePercentOfBf16) {
 }
 
 TEST(OneshotTest, WrittenCheckpointReproducesTheReportedPerplexity) {
-  for (const std::string preset : {"W4A16", "W8A8", "FP8"}) {
-    // GPTQ for the weights; FP8's static input scales are calibrated too. W4A16 is the GPTQ run
-    // above (128 × 512 tokens); the others calibrate on fewer, which the check does not depend on.
+  for (const std::string preset : {"W4A16", "W8A8", "FP8", "NVFP4"}) {
+    // GPTQ for the weights; FP8's static input scales and NVFP4's input global scales are
+    // calibrated too (written as input_scale / input_global_scale, read back by the loader). W4A16
+    // is the GPTQ run above (128 × 512 tokens); the others calibrate on fewer, which the check
+    // does not depend on.
     OneshotReport r;
     if (preset == "W4A16") {
       r = gptq_w4a16();
