@@ -13,8 +13,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "eval/perplexity.h"
+#include "formats/safetensors.h"
+#include "lowbit/error.h"
 #include "models/model.h"
 #include "quant/pipeline/oneshot.h"
 #include "quant/scheme/quant_args.h"
@@ -135,6 +139,51 @@ TEST_P(PresetCheckpoint, LoadsRunsAndMatchesTheReference) {
   std::printf("[ %-12s ] reported %.4f, fp32 reference %.4f, kernels %.4f (%s), max |dlogit| %.4f\n",
               c.preset, *report.perplexity, exact_ppl, ppl,
               fast->weights().layers[0].mlp.down.method->kernel_name().c_str(), dlogit);
+}
+
+// NVFP4 inputs need their calibrated global scale: a checkpoint without one layer's
+// input_global_scale is refused, naming the tensor (vLLM's CompressedTensorsW4A4Fp4 requires it
+// too), instead of silently computing a global scale per call.
+TEST(PresetCheckpointErrors, Nvfp4WithoutInputGlobalScaleIsRefused) {
+  const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "methods-scratch" / "nvfp4-no-global";
+  fs::remove_all(out);
+  fs::remove_all(out.string() + ".tmp");
+  fs::create_directories(out.parent_path());
+  OneshotOptions o;
+  o.model_dir = kModel;
+  o.output_dir = out.string();
+  QuantizeStep step;
+  step.groups.push_back({"group_0", preset_scheme("NVFP4", {"Linear"})});
+  step.ignore = {"lm_head"};
+  o.plan = {{step}};
+  o.calibration.path = kCalibration;
+  o.calibration.num_samples = 4;
+  o.calibration.seq_len = 64;
+  o.progress = false;
+  run_oneshot(o);
+  const std::string victim = "model.layers.0.self_attn.q_proj.input_global_scale";
+  std::ifstream index_in(out / "model.safetensors.index.json");
+  nlohmann::json index = nlohmann::json::parse(index_in);
+  index_in.close();
+  ASSERT_TRUE(index["weight_map"].contains(victim));
+  const std::string shard = (out / index["weight_map"][victim].get<std::string>()).string();
+  std::map<std::string, Tensor> kept;
+  {
+    auto file = formats::SafetensorsFile::open(shard);
+    for (const std::string& name : file->names()) {
+      if (name != victim) kept.emplace(name, file->get(name));
+    }
+  }
+  formats::write_safetensors(shard, kept, {{"format", "pt"}});
+  index["weight_map"].erase(victim);
+  std::ofstream(out / "model.safetensors.index.json") << index.dump();
+  try {
+    models::Model::load(out.string());
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(victim), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is missing"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPresets, PresetCheckpoint, ::testing::ValuesIn(kCases),
