@@ -88,11 +88,12 @@ Tensor logits(const models::Model& model) {
   return model.forward(std::span<const int32_t>(ids.data(), 96), cache, /*all_logits=*/true);
 }
 
-class PresetCheckpoint : public ::testing::TestWithParam<Case> {};
-
-TEST_P(PresetCheckpoint, LoadsRunsAndMatchesTheReference) {
-  const Case c = GetParam();
-  const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "methods-scratch" / c.preset;
+// Round-to-nearest `preset` of the embedded model into a fresh methods-scratch/`name`, calibrated on
+// samples × seq_len tokens (static input scales, NVFP4's input global scales), scored on
+// kEvalWindows windows when `eval` is set.
+OneshotOptions quantize_options(const std::string& preset, const std::string& name,
+                                int64_t samples, int64_t seq_len, bool eval) {
+  const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "methods-scratch" / name;
   fs::remove_all(out);
   fs::remove_all(out.string() + ".tmp");
   fs::create_directories(out.parent_path());
@@ -100,15 +101,26 @@ TEST_P(PresetCheckpoint, LoadsRunsAndMatchesTheReference) {
   o.model_dir = kModel;
   o.output_dir = out.string();
   QuantizeStep step;
-  step.groups.push_back({"group_0", preset_scheme(c.preset, {"Linear"})});
+  step.groups.push_back({"group_0", preset_scheme(preset, {"Linear"})});
   step.ignore = {"lm_head"};
   o.plan = {{step}};
   o.calibration.path = kCalibration;
-  o.calibration.num_samples = 8;
-  o.calibration.seq_len = 128;
-  o.eval_text = kHeldout;
-  o.eval_windows = kEvalWindows;
+  o.calibration.num_samples = samples;
+  o.calibration.seq_len = seq_len;
+  if (eval) {
+    o.eval_text = kHeldout;
+    o.eval_windows = kEvalWindows;
+  }
   o.progress = false;
+  return o;
+}
+
+class PresetCheckpoint : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PresetCheckpoint, LoadsRunsAndMatchesTheReference) {
+  const Case c = GetParam();
+  const OneshotOptions o = quantize_options(c.preset, c.preset, 8, 128, /*eval=*/true);
+  const fs::path out = o.output_dir;
   const OneshotReport report = run_oneshot(o);
   ASSERT_TRUE(report.perplexity.has_value());
 
@@ -145,21 +157,8 @@ TEST_P(PresetCheckpoint, LoadsRunsAndMatchesTheReference) {
 // input_global_scale is refused, naming the tensor (vLLM's CompressedTensorsW4A4Fp4 requires it
 // too), instead of silently computing a global scale per call.
 TEST(PresetCheckpointErrors, Nvfp4WithoutInputGlobalScaleIsRefused) {
-  const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "methods-scratch" / "nvfp4-no-global";
-  fs::remove_all(out);
-  fs::remove_all(out.string() + ".tmp");
-  fs::create_directories(out.parent_path());
-  OneshotOptions o;
-  o.model_dir = kModel;
-  o.output_dir = out.string();
-  QuantizeStep step;
-  step.groups.push_back({"group_0", preset_scheme("NVFP4", {"Linear"})});
-  step.ignore = {"lm_head"};
-  o.plan = {{step}};
-  o.calibration.path = kCalibration;
-  o.calibration.num_samples = 4;
-  o.calibration.seq_len = 64;
-  o.progress = false;
+  const OneshotOptions o = quantize_options("NVFP4", "nvfp4-no-global", 4, 64, /*eval=*/false);
+  const fs::path out = o.output_dir;
   run_oneshot(o);
   const std::string victim = "model.layers.0.self_attn.q_proj.input_global_scale";
   std::ifstream index_in(out / "model.safetensors.index.json");
