@@ -285,7 +285,7 @@ GpuLinear GpuLinear::from(const models::Linear& linear, const Split& split, int 
   if (!linear.method) {
     if (linear.input_quant) {
       throw Unsupported("--device cuda: " + name + " has emulated input quantization (" +
-                        quant::to_string(linear.input_quant->strategy) +
+                        quant::to_string(linear.input_quant->args.strategy) +
                         "), which the GPU backend does not run");
     }
     if (split.dim != Split::Dim::COLS) return fused_dense({&linear}, {split}, name);

@@ -151,11 +151,7 @@ void check_batch(const Model& model, std::span<const BatchEntry> batch, const Kv
 // opaque (fp8_per_tensor quantizes inputs per tensor), so they count as not.
 bool rows_independent(const Linear& linear) {
   if (linear.method) return false;
-  if (!linear.input_quant || !linear.input_quant->is_dynamic()) return true;
-  const quant::Strategy s = linear.input_quant->strategy;
-  // tensor_group's global scale is per tensor unless calibrated (input_scale).
-  return s != quant::Strategy::Tensor &&
-         !(s == quant::Strategy::TensorGroup && linear.input_scale <= 0.0f);
+  return !linear.input_quant || linear.input_quant->rows_independent();
 }
 
 bool all_rows_independent(const DecoderWeights& w) {

@@ -187,7 +187,6 @@ AttentionWeights load_attention(TensorFetcher& fetch, const ModelConfig& c, cons
     a.v.weight = fused.weight.slice_rows(q_out + kv_out, q_out + 2 * kv_out);
     for (Linear* part : {&a.q, &a.k, &a.v}) {
       part->input_quant = fused.input_quant;
-      part->input_scale = fused.input_scale;
     }
     if (!fused.bias.empty()) {
       a.q.bias = slice(fused.bias, 0, q_out);
@@ -220,7 +219,6 @@ MlpWeights load_mlp(TensorFetcher& fetch, const ModelConfig& c, const ArchSpec& 
     m.up.weight = fused.weight.slice_rows(inter, 2 * inter);
     for (Linear* part : {&m.gate, &m.up}) {
       part->input_quant = fused.input_quant;
-      part->input_scale = fused.input_scale;
     }
     if (!fused.bias.empty()) {
       m.gate.bias = slice(fused.bias, 0, inter);

@@ -1,8 +1,6 @@
 #include "models/layers/linear.h"
 
-#include <algorithm>
-
-#include "quant/scheme/qparams.h"
+#include <vector>
 
 namespace lowbit::models {
 
@@ -25,21 +23,8 @@ void Linear::compute(const float* x, int64_t rows, float* y) const {
   }
   // The caller's x must stay intact (q, k and v share one input): quantize a copy.
   thread_local std::vector<float> quantized;
-  quantized.assign(x, x + rows * k);
-  if (input_quant->is_dynamic()) {
-    const bool nvfp4 = input_quant->strategy == quant::Strategy::TensorGroup;
-    quant::fake_quantize_activations(quantized.data(), rows, k, *input_quant,
-                                     nvfp4 ? input_scale : 0.0f);
-  } else {
-    // A plain pointer: inside the parallel loop `quantized` would name each thread's own copy.
-    float* values = quantized.data();
-    const int64_t n = rows * k;
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-    for (int64_t i = 0; i < n; ++i) {
-      values[i] = quant::fake_quantize_value(values[i], input_scale, 0.0f, *input_quant,
-                                             DType::F32);
-    }
-  }
+  quantized.resize(static_cast<size_t>(rows * k));
+  quant::fake_quantize_input(x, rows, k, *input_quant, quantized.data());
   kernels::matmul(quantized.data(), rows, k, weight, bias_data, y);
 }
 

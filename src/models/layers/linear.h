@@ -4,9 +4,9 @@
 // if any, was converted to fp32 once at load.
 //
 // Two optional extras serve quantization: an input observer (the calibration pipeline's forward
-// hook: it sees every input batch, like a torch forward pre-hook) and an emulated dynamic input
-// quantization (W8A8 / FP8 activations fake-quantized per token before the matmul, until real
-// low-precision kernels run them).
+// hook: it sees every input batch, like a torch forward pre-hook) and an emulated input
+// quantization (the scheme's activations fake-quantized before the matmul, so that a layer the
+// quantize pipeline just quantized is evaluated as the checkpoint it writes will run).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include "kernels/matmul.h"
 #include "lowbit/quant_method.h"
 #include "lowbit/tensor.h"
-#include "quant/scheme/quant_args.h"
+#include "quant/scheme/input_quant.h"
 
 namespace lowbit::models {
 
@@ -36,8 +36,7 @@ struct Linear {
   std::vector<float> bias;  // out_features values, or empty
   std::shared_ptr<const quant::LinearMethod> method;  // quantized layers: runs apply()
   int64_t method_in = 0, method_out = 0;               // their shape
-  std::optional<quant::QuantArgs> input_quant;  // activation fake quantization
-  float input_scale = 0.0f;  // its scale when static (per tensor); NVFP4 inputs: the global scale
+  std::optional<quant::InputQuant> input_quant;  // dense layers: activation fake quantization
   LinearInputObserver* observer = nullptr;      // not owned; set only while calibrating
 
   int64_t in_features() const { return method ? method_in : weight.dim(1); }

@@ -73,10 +73,10 @@ void upload_linear(DeviceLinear& d, const models::Linear& l, const std::string& 
   }
   d.input.reset();
   if (l.input_quant) {
-    const std::string why = emulation_problem(*l.input_quant);
+    const std::string why = emulation_problem(l.input_quant->args);
     LOWBIT_CHECK_AS(Unsupported, why.empty(), "--device cuda: " + name + ": " + why +
                                                   " not yet on --device cuda (use --device cpu)");
-    d.input = act_fake_quant(*l.input_quant, d.k);
+    d.input = act_fake_quant(l.input_quant->args, d.k);
   }
 }
 

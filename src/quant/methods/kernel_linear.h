@@ -19,17 +19,10 @@
 
 #include "kernels/quant_weights.h"
 #include "lowbit/quant_method.h"
+#include "quant/scheme/input_quant.h"
 #include "quant/scheme/quant_args.h"
 
 namespace lowbit::quant {
-
-// How the layer's input is quantized before the product (none for weight-only schemes).
-struct InputQuant {
-  QuantArgs args;           // type, bits, strategy (token / tensor / group), symmetric
-  float static_scale = 0;   // static (per-tensor) schemes: input_scale
-  float static_zero = 0;    // static asymmetric schemes: input_zero_point
-  float global_scale = 0;   // tensor_group (NVFP4) inputs: input_global_scale
-};
 
 // The kernel families, for KernelSpec lists in method descriptions.
 std::vector<KernelSpec> int_weight_kernels();    // wna16, w8a8, dequant
@@ -70,9 +63,5 @@ class KernelLinear : public LinearMethod {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-// Fake-quantizes x [rows, cols] into out as the scheme's activation quantization does (fp32).
-void fake_quantize_input(const float* x, int64_t rows, int64_t cols, const InputQuant& input,
-                         float* out);
 
 }  // namespace lowbit::quant

@@ -31,6 +31,17 @@ Tensor norm_tensor(const std::vector<float>& v, float offset, DType dtype) {
   return vector_tensor(stored, {static_cast<int64_t>(v.size())}, dtype);
 }
 
+// A static input's zero point in compressed-tensors' zp_dtype: int8 for int inputs (the value is
+// an integer in range: qparams_from_minmax rounded and clamped it), the float dtype otherwise.
+Tensor zero_point_tensor(float zero, const QuantArgs& args) {
+  if (args.type == QuantType::Int) {
+    Tensor t = Tensor::zeros(DType::I8, {1});
+    *static_cast<int8_t*>(t.data()) = static_cast<int8_t>(zero);
+    return t;
+  }
+  return vector_tensor({zero}, {1}, args.zp_dtype.value_or(DType::F8_E4M3));
+}
+
 CompressionFormat group_format(const QuantScheme& s) { return s.format.value_or(infer_format(s)); }
 
 std::string read_text(const fs::path& p) {
@@ -169,11 +180,15 @@ std::vector<NamedTensor> compress_module(const OutputRequest& r, int index) {
   std::vector<NamedTensor> out = compress_weight(w, group_format(scheme));
   if (scheme.input_activations && !scheme.input_activations->is_dynamic()) {
     out.push_back({p.name + ".input_scale", vector_tensor({m.input_scale}, {1}, r.compute)});
+    if (!scheme.input_activations->symmetric) {
+      out.push_back({p.name + ".input_zero_point", zero_point_tensor(m.input_zero_point,
+                                                                     *scheme.input_activations)});
+    }
   } else if (scheme.input_activations &&
              scheme.input_activations->strategy == Strategy::TensorGroup) {
     // NVFP4 inputs: group scales computed at run time under this calibrated global scale
     // (compressed-tensors keeps it in float32 whatever the model dtype).
-    out.push_back({p.name + ".input_global_scale", vector_tensor({m.input_scale}, {1}, DType::F32)});
+    out.push_back({p.name + ".input_global_scale", vector_tensor({m.input_global_scale}, {1}, DType::F32)});
   }
   return out;
 }

@@ -163,9 +163,14 @@ void quantize_modules(const QuantizeContext& ctx, int layer, const GptqFn* gptq,
       const RangeTracker& r = ranges.at(index);
       const QuantArgs& in = *scheme_of(ctx, p).input_activations;
       // tensor_group: generate_gparam over the observed range, as for NVFP4 weights.
-      m.input_scale = in.strategy == Strategy::TensorGroup
-                          ? nvfp4_global_scale(std::max(std::fabs(r.min), std::fabs(r.max)), ctx.compute)
-                          : qparams_from_minmax({r.min}, {r.max}, 1, 1, in, ctx.compute).scale[0];
+      if (in.strategy == Strategy::TensorGroup) {
+        m.input_global_scale =
+            nvfp4_global_scale(std::max(std::fabs(r.min), std::fabs(r.max)), ctx.compute);
+      } else {
+        const QParams q = qparams_from_minmax({r.min}, {r.max}, 1, 1, in, ctx.compute);
+        m.input_scale = q.scale[0];
+        if (!q.zero_point.empty()) m.input_zero_point = q.zero_point[0];
+      }
     }
     ++done;
     char line[96];
@@ -194,8 +199,10 @@ void enable_input_quantization(const QuantizeContext& ctx, int index, const Quan
   PlannedLinear& p = ctx.plan->linears[static_cast<size_t>(index)];
   const QuantScheme& s = scheme_of(ctx, p);
   if (!s.input_activations) return;
-  p.linear->input_quant = *s.input_activations;
-  p.linear->input_scale = m.input_scale;
+  p.linear->input_quant = InputQuant{.args = *s.input_activations,
+                                     .static_scale = m.input_scale,
+                                     .static_zero = m.input_zero_point,
+                                     .global_scale = m.input_global_scale};
 }
 
 void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& runner,

@@ -33,7 +33,10 @@ struct QuantizedModule {
   // writer must not quantize the round-tripped weight a second time).
   std::vector<NamedTensor> written;
   std::vector<int32_t> g_idx;  // actorder=group only
-  float input_scale = 0.0f;    // static inputs: input_scale; NVFP4 (tensor_group): input_global_scale
+  // Calibrated input quantization (static inputs; NVFP4's dynamic groups under a global scale).
+  float input_scale = 0.0f;         // static inputs: input_scale
+  float input_zero_point = 0.0f;    // static asymmetric inputs: input_zero_point (an integer)
+  float input_global_scale = 0.0f;  // tensor_group (NVFP4) inputs: input_global_scale
   double loss = 0.0;           // GPTQ's error (0 for RTN)
   double seconds = 0.0;
   int damping_retries = 0;

@@ -102,7 +102,8 @@ void ResumeStore::save_layer(int layer, const ModulePlan& plan, const QuantizeOu
         {static_cast<double>(m.qparams.grid_rows), static_cast<double>(m.qparams.grid_cols),
          static_cast<double>(m.qparams.global_scale),
          static_cast<double>(static_cast<int>(m.qparams.scale_dtype)), m.loss, m.seconds,
-         static_cast<double>(m.damping_retries), static_cast<double>(m.input_scale)});
+         static_cast<double>(m.damping_retries), static_cast<double>(m.input_scale),
+         static_cast<double>(m.input_zero_point), static_cast<double>(m.input_global_scale)});
     if (!m.g_idx.empty()) {
       Tensor g = Tensor::zeros(DType::I32, {static_cast<int64_t>(m.g_idx.size())});
       std::memcpy(g.data(), m.g_idx.data(), m.g_idx.size() * sizeof(int32_t));
@@ -145,6 +146,8 @@ void ResumeStore::load_layer(int layer, ModulePlan& plan, QuantizeOutcome& outco
     m.seconds = v[5];
     m.damping_retries = static_cast<int>(v[6]);
     m.input_scale = static_cast<float>(v[7]);
+    m.input_zero_point = static_cast<float>(v[8]);
+    m.input_global_scale = static_cast<float>(v[9]);
     if (file.has(p.name + ".g_idx")) {
       const Tensor g = file.get(p.name + ".g_idx");
       const int32_t* gi = static_cast<const int32_t*>(g.data());

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "eval/perplexity.h"
+#include "formats/safetensors.h"
 #include "models/model.h"
 #include "quant/pipeline/oneshot.h"
 #include "quant/scheme/quant_args.h"
@@ -139,15 +140,33 @@ TEST(OneshotTest, Fp8DynamicWithinOnePercentOfBf16) {
   EXPECT_LT(std::abs(fp8 / bf16_perplexity() - 1.0), 0.01) << fp8 << " vs " << bf16_perplexity();
 }
 
+// W8A8 with static asymmetric per-tensor int8 inputs (a config group no preset names): the
+// calibrated input_scale and input_zero_point both reach the checkpoint.
+QuantizeStep static_asymmetric_w8a8() {
+  QuantizeStep s = step_for("W8A8", true);
+  QuantArgs& in = *s.groups[0].second.input_activations;
+  in.dynamic = DynamicMode::Static;
+  in.strategy = Strategy::Tensor;
+  in.symmetric = false;
+  return s;
+}
+
 TEST(OneshotTest, WrittenCheckpointReproducesTheReportedPerplexity) {
-  for (const std::string preset : {"W4A16", "W8A8", "FP8", "NVFP4"}) {
-    // GPTQ for the weights; FP8's static input scales and NVFP4's input global scales are
-    // calibrated too (written as input_scale / input_global_scale, read back by the loader). W4A16
-    // is the GPTQ run above (128 × 512 tokens); the others calibrate on fewer, which the check
-    // does not depend on.
+  for (const std::string preset : {"W4A16", "W8A8", "FP8", "NVFP4", "W8A8-static-asym"}) {
+    // GPTQ for the weights; FP8's static input scales, the asymmetric inputs' zero points and
+    // NVFP4's input global scales are calibrated too (written as input_scale / input_zero_point /
+    // input_global_scale, read back by the loader). W4A16 is the GPTQ run above (128 × 512
+    // tokens); the others calibrate on fewer, which the check does not depend on.
     OneshotReport r;
     if (preset == "W4A16") {
       r = gptq_w4a16();
+    } else if (preset == "W8A8-static-asym") {
+      r = run_oneshot(options_for({{static_asymmetric_w8a8()}}, "reload-" + preset, 16, 256));
+      const Tensor zero = formats::Checkpoint::open(r.output_dir)
+                              .get("model.layers.0.mlp.down_proj.input_zero_point");
+      ASSERT_EQ(zero.dtype(), DType::I8);
+      // SiLU(gate)·up is far from symmetric around zero on this model, so the zero point is not 0.
+      EXPECT_NE(*static_cast<const int8_t*>(zero.data()), 0);
     } else {
       r = run_oneshot(options_for({{step_for(preset, true)}}, "reload-" + preset, 16, 256));
     }
