@@ -10,7 +10,7 @@
 # venv exists.
 #
 # Usage: [CHECKS=REGEX] scripts/reference/check_lowbit_checkpoints.sh LOWBIT_BINARY OUT_DIR [PYTHON]
-#   CHECKS: only the checks whose name matches this extended regex (default: all fourteen).
+#   CHECKS: only the checks whose name matches this extended regex (default: all fifteen).
 #   PYTHON: the reference venv's python (scripts/reference/setup-llmcompressor-venv.sh), default
 #   $LOWBIT_LLMC_PYTHON, else <repo>/.venv-llmcompressor/bin/python (the setup script's default);
 #   exit 77 (skipped) when there is none.
@@ -78,5 +78,7 @@ check W4A8_CHANNEL-rtn --scheme W4A8_CHANNEL --algo rtn
 check W4AFP8-rtn --scheme W4AFP8 --algo rtn
 check NVFP4-rtn --scheme NVFP4 --algo rtn "${calib[@]}"
 check MXFP4-rtn --scheme MXFP4 --algo rtn
+# A config group no preset names: static asymmetric int8 inputs (input_zero_point), minmax observer.
+check W8A8_STATIC_ASYM-rtn --recipe scripts/reference/recipes/w8a8_static_asym.yaml "${calib[@]}"
 # Not checked: actorder group (weight_g_idx), which compressed-tensors 0.19 itself rejects.
 exit $status

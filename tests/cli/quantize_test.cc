@@ -79,6 +79,19 @@ TEST(QuantizeCliTest, GroupSizeNotDividingTheInputDim) {
                  {"group_size 100", "model.layers.0.self_attn.q_proj"});
 }
 
+TEST(QuantizeCliTest, MseObserverOnStaticInputs) {
+  const fs::path out = scratch_dir("input-observer");
+  const fs::path recipe = out.string() + "-recipe.yaml";
+  write_file(recipe, "default_stage:\n  default_modifiers:\n    QuantizationModifier:\n"
+                     "      ignore: [lm_head]\n      config_groups:\n        group_0:\n"
+                     "          targets: [Linear]\n          weights: {num_bits: 8, type: int, "
+                     "symmetric: true, strategy: channel}\n          input_activations: {num_bits: 8, "
+                     "type: int, symmetric: true, strategy: tensor, dynamic: false, observer: mse}\n");
+  expect_refused(quoted(kModel) + " -o " + quoted(out) + " --recipe " + quoted(recipe) +
+                     " --dataset " + quoted(kCalibration) + " --num-samples 2 --seq-len 64",
+                 out, {"group_0", "observer 'mse'"});
+}
+
 TEST(QuantizeCliTest, EmptyAndTooShortCalibrationData) {
   const fs::path out = scratch_dir("calibration");
   const fs::path empty = out.string() + "-empty.txt";

@@ -345,4 +345,37 @@ void EmaMinMax::update(const SlotRange& batch) {
   }
 }
 
+void check_input_observer(const QuantArgs& args, const std::string& where) {
+  const std::string& o = args.observer;
+  if (o.empty() || o == "minmax" || o == "static_minmax" || o == "memoryless_minmax") return;
+  throw Unsupported(where + ": observer '" + o + "' is not supported for calibrated input " +
+                    "activations (use minmax, static_minmax or memoryless_minmax)");
+}
+
+InputRangeObserver::InputRangeObserver(const QuantArgs& args, DType compute,
+                                       const std::string& where)
+    : kind_(Kind::Ema), ema_(kwarg(args, "averaging_constant", 0.01), compute) {
+  check_input_observer(args, where);
+  if (args.observer == "static_minmax") kind_ = Kind::Static;
+  if (args.observer == "memoryless_minmax") kind_ = Kind::Memoryless;
+}
+
+void InputRangeObserver::observe(const float* x, size_t n) {
+  if (n == 0) return;  // llm-compressor skips empty observations too
+  SlotRange batch;
+  float lo = x[0], hi = x[0];
+  for (size_t i = 1; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  batch.min = {lo};
+  batch.max = {hi};
+  switch (kind_) {
+    case Kind::Ema: ema_.update(batch); range_ = ema_.range(); break;
+    case Kind::Static: static_.update(batch); range_ = static_.range(); break;
+    case Kind::Memoryless: range_ = std::move(batch); break;
+  }
+  has_ = true;
+}
+
 }  // namespace lowbit::quant

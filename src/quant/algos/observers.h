@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lowbit/dtype.h"
@@ -99,5 +100,31 @@ class EmaMinMax {
   SlotRange range_;
   bool has_ = false;
 };
+
+// The observer of a calibrated input activation (static input_scale, NVFP4's input_global_scale)
+// over the calibration forward calls, one batch each, as llm-compressor's input observer:
+// minmax (its default: the moving average above, observer_kwargs.averaging_constant, 0.01),
+// static_minmax (the global range) or memoryless_minmax (the last batch's range). One slot: the
+// calibrated input quantities are per tensor.
+class InputRangeObserver {
+ public:
+  // Throws Unsupported naming `where` for observers with no activation path here (the MSE family).
+  InputRangeObserver(const QuantArgs& args, DType compute, const std::string& where);
+  void observe(const float* x, size_t n);
+  bool empty() const { return !has_; }
+  float min() const { return has_ ? range_.min[0] : 0.0f; }  // 0 before any batch
+  float max() const { return has_ ? range_.max[0] : 0.0f; }
+
+ private:
+  enum class Kind { Ema, Static, Memoryless };
+  Kind kind_;
+  EmaMinMax ema_;
+  StaticMinMax static_;
+  SlotRange range_;
+  bool has_ = false;
+};
+
+// Throws Unsupported naming `where` unless InputRangeObserver can run args.observer.
+void check_input_observer(const QuantArgs& args, const std::string& where);
 
 }  // namespace lowbit::quant

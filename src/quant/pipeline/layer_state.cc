@@ -42,8 +42,9 @@ void run_layer_over_cache(models::LayerRunner& runner, const models::LayerWeight
   }
 }
 
-ScopedObservers::~ScopedObservers() {
+void ScopedObservers::detach_all() {
   for (models::Linear* l : attached_) l->observer = nullptr;
+  attached_.clear();
 }
 
 void ScopedObservers::attach(models::Linear& linear, models::LinearInputObserver* observer) {

@@ -53,8 +53,9 @@ class ScopedObservers {
   ScopedObservers() = default;
   ScopedObservers(const ScopedObservers&) = delete;
   ScopedObservers& operator=(const ScopedObservers&) = delete;
-  ~ScopedObservers();
+  ~ScopedObservers() { detach_all(); }
   void attach(models::Linear& linear, models::LinearInputObserver* observer);
+  void detach_all();
 
  private:
   std::vector<models::Linear*> attached_;

@@ -2,6 +2,7 @@
 
 #include "core/log.h"
 #include "lowbit/error.h"
+#include "quant/algos/observers.h"
 #include "quant/scheme/matching.h"
 
 namespace lowbit::quant {
@@ -96,7 +97,13 @@ ModulePlan plan_modules(models::Model& model,
       throw Unsupported(p.name + " is already quantized (" + model.quantization() +
                         "): quantize an unquantized checkpoint, or ignore this module");
     }
-    const QuantArgs& args = *groups[static_cast<size_t>(p.group)].second.weights;
+    const QuantScheme& scheme = groups[static_cast<size_t>(p.group)].second;
+    const QuantArgs& args = *scheme.weights;
+    const std::optional<QuantArgs>& in = scheme.input_activations;
+    if (in && (!in->is_dynamic() || in->strategy == Strategy::TensorGroup)) {
+      check_input_observer(*in, "config group '" + groups[static_cast<size_t>(p.group)].first +
+                                    "' input_activations");
+    }
     const bool grouped = args.strategy == Strategy::Group || args.strategy == Strategy::TensorGroup;
     // llm-compressor validates this too: a partial last group has no kernel in vLLM.
     if (grouped && args.group_size > 0 && p.linear->in_features() % args.group_size != 0) {

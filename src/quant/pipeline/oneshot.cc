@@ -235,9 +235,6 @@ OneshotReport run_oneshot(const OneshotOptions& o) {
     for (int l = 0; l < layers; ++l) {
       if (l < resumable) {
         store.load_layer(l, plan, outcome);
-        for (int index : plan.of_layer(l)) {
-          if (outcome.modules.count(index) != 0) enable_input_quantization(ctx, index, outcome.modules.at(index));
-        }
         backend->propagate(l);
         ++report.resumed_layers;
       } else {
@@ -256,10 +253,7 @@ OneshotReport run_oneshot(const OneshotOptions& o) {
     for (int l = 0; l < layers; ++l) {
       if (l < resumable) {
         store.load_layer(l, plan, outcome);
-        for (int index : plan.of_layer(l)) {
-          if (outcome.modules.count(index) != 0) enable_input_quantization(ctx, index, outcome.modules.at(index));
-        }
-        run_layer_over_cache(runner, model->weights().layers[static_cast<size_t>(l)], cache, true);
+        propagate_layer(ctx, l, runner, cache, outcome);
         ++report.resumed_layers;
       } else {
         quantize_layer(ctx, l, runner, cache, outcome);
@@ -275,6 +269,7 @@ OneshotReport run_oneshot(const OneshotOptions& o) {
     }
   }
   quantize_layer_rtn(ctx, -1, outcome);  // lm_head, when a user targets it
+  for (const auto& [index, m] : outcome.modules) enable_input_quantization(ctx, index, m);
   progress.finish();
   report.quantized_modules = static_cast<int64_t>(outcome.modules.size());
   report.seconds_calibration_forward = outcome.forward_seconds;

@@ -26,22 +26,6 @@ bool calibrated_inputs(const QuantScheme& s) {
                                  s.input_activations->strategy == Strategy::TensorGroup);
 }
 
-// Global min / max over every batch (static_minmax): what a static activation scale needs.
-struct RangeTracker {
-  float min = 0.0f, max = 0.0f;
-  bool seen = false;
-  void add(const float* x, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      if (!seen) {
-        min = max = x[i];
-        seen = true;
-      }
-      min = std::min(min, x[i]);
-      max = std::max(max, x[i]);
-    }
-  }
-};
-
 // Per-head absmax of post-RoPE keys or values [tokens, heads * head_dim].
 void track_heads(std::vector<float>& absmax, const float* x, int64_t tokens, int64_t heads,
                  int64_t head_dim) {
@@ -147,9 +131,10 @@ void quantize_weight(const QuantizeContext& ctx, int index, const GptqFn* gptq, 
 }
 
 // Quantizes every targeted module of `layer` (GPTQ through `gptq`, or round-to-nearest when it
-// is null), logs each, and puts its input quantization on its Linear.
+// is null) and logs each. Input quantization goes on the Linears only once every layer is done
+// (enable_input_quantization), as llm-compressor keeps quantization disabled while it calibrates.
 void quantize_modules(const QuantizeContext& ctx, int layer, const GptqFn* gptq,
-                      const std::map<int, RangeTracker>& ranges, QuantizeOutcome& outcome) {
+                      const std::map<int, InputRangeObserver>& ranges, QuantizeOutcome& outcome) {
   const std::vector<int> indices = ctx.plan->of_layer(layer);
   const models::ModelConfig& config = ctx.model->config();
   const std::map<int, float> scales = global_scales(ctx, layer);
@@ -160,14 +145,14 @@ void quantize_modules(const QuantizeContext& ctx, int layer, const GptqFn* gptq,
     QuantizedModule m;
     quantize_weight(ctx, index, gptq, scales.at(index), m);
     if (ranges.count(index) != 0) {
-      const RangeTracker& r = ranges.at(index);
+      const InputRangeObserver& r = ranges.at(index);
       const QuantArgs& in = *scheme_of(ctx, p).input_activations;
       // tensor_group: generate_gparam over the observed range, as for NVFP4 weights.
       if (in.strategy == Strategy::TensorGroup) {
         m.input_global_scale =
-            nvfp4_global_scale(std::max(std::fabs(r.min), std::fabs(r.max)), ctx.compute);
+            nvfp4_global_scale(std::max(std::fabs(r.min()), std::fabs(r.max())), ctx.compute);
       } else {
-        const QParams q = qparams_from_minmax({r.min}, {r.max}, 1, 1, in, ctx.compute);
+        const QParams q = qparams_from_minmax({r.min()}, {r.max()}, 1, 1, in, ctx.compute);
         m.input_scale = q.scale[0];
         if (!q.zero_point.empty()) m.input_zero_point = q.zero_point[0];
       }
@@ -179,7 +164,6 @@ void quantize_modules(const QuantizeContext& ctx, int layer, const GptqFn* gptq,
     log_info(line + p.name + ": " +
              (ctx.step->gptq ? "GPTQ error " + std::to_string(m.loss) : std::string("RTN")) + ", " +
              std::to_string(m.seconds) + " s");
-    enable_input_quantization(ctx, index, m);
     outcome.algorithm_seconds += m.seconds;
     outcome.modules[index] = std::move(m);
   }
@@ -213,7 +197,7 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
 
   // Hooks: one Hessian per distinct input (q/k/v and gate/up share theirs), static ranges.
   std::map<LinearRole, std::unique_ptr<HessianAccumulator>> hessians;
-  std::map<int, RangeTracker> ranges;
+  std::map<int, InputRangeObserver> ranges;
   std::vector<std::unique_ptr<CallbackObserver>> observers;
   ScopedObservers scoped;
   for (int index : indices) {
@@ -227,7 +211,11 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
       hessians[p.role] = std::make_unique<HessianAccumulator>(p.linear->in_features());
       h = hessians[p.role].get();
     }
-    RangeTracker* range = needs_range ? &ranges[index] : nullptr;
+    InputRangeObserver* range = nullptr;
+    if (needs_range) {
+      range = &ranges.try_emplace(index, *scheme_of(ctx, p).input_activations, ctx.compute, p.name)
+                   .first->second;
+    }
     double* hessian_seconds = &outcome.hessian_seconds;
     observers.push_back(std::make_unique<CallbackObserver>(
         [h, range, hessian_seconds](const float* x, int64_t rows, int64_t cols) {
@@ -237,7 +225,7 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
             *hessian_seconds +=
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           }
-          if (range != nullptr) range->add(x, static_cast<size_t>(rows * cols));
+          if (range != nullptr) range->observe(x, static_cast<size_t>(rows * cols));
         }));
     scoped.attach(*p.linear, observers.back().get());
   }
@@ -284,9 +272,27 @@ void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& 
     outcome.kv[layer] = KvScales{kv_scale(k_absmax, *kv_args, ctx.compute),
                                  kv_scale(v_absmax, *kv_args, ctx.compute)};
   }
+  scoped.detach_all();  // the hooks calibrate; propagation only feeds the next layer
   t0 = std::chrono::steady_clock::now();
-  run_layer_over_cache(runner, weights, cache, true);
+  propagate_layer(ctx, layer, runner, cache, outcome);
   outcome.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void propagate_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& runner,
+                     ActivationCache& cache, const QuantizeOutcome& outcome) {
+  // Round-to-nearest weights propagate unquantized: llm-compressor's RTN leaves module.weight as it
+  // is (the fake quantization runs in the forward, disabled while calibrating), while GPTQ writes
+  // its quantized weight into it. The fake-quantized weights come back after the pass.
+  std::vector<std::pair<models::Linear*, Tensor>> swapped;
+  for (int index : ctx.plan->of_layer(layer)) {
+    const auto it = outcome.modules.find(index);
+    if (it == outcome.modules.end() || it->second.original.data() == nullptr) continue;
+    models::Linear* linear = ctx.plan->linears[static_cast<size_t>(index)].linear;
+    swapped.emplace_back(linear, linear->weight);
+    linear->weight = it->second.original;
+  }
+  run_layer_over_cache(runner, ctx.model->weights().layers[static_cast<size_t>(layer)], cache, true);
+  for (auto& [linear, quantized] : swapped) linear->weight = quantized;
 }
 
 void quantize_layer_on(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome) {
@@ -319,7 +325,6 @@ void quantize_layer_rtn(const QuantizeContext& ctx, int layer, QuantizeOutcome& 
     if (p.layer != layer || p.group < 0) continue;
     QuantizedModule m;
     quantize_weight(ctx, static_cast<int>(i), nullptr, scales.at(static_cast<int>(i)), m);
-    enable_input_quantization(ctx, static_cast<int>(i), m);
     outcome.algorithm_seconds += m.seconds;
     outcome.modules[static_cast<int>(i)] = std::move(m);
   }

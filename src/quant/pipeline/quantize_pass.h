@@ -76,8 +76,14 @@ bool needs_calibration(const QuantizeStep& step);
 void quantize_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& runner,
                     ActivationCache& cache, QuantizeOutcome& outcome);
 
+// Runs decoder layer `layer` over the cached states as llm-compressor's sequential pipeline
+// propagates them: GPTQ's quantized weights, round-to-nearest modules' original weights, no input
+// quantization (enabled only after the last layer).
+void propagate_layer(const QuantizeContext& ctx, int layer, models::LayerRunner& runner,
+                     ActivationCache& cache, const QuantizeOutcome& outcome);
+
 // quantize_layer with ctx.backend doing the work: calibrate (the Hessians the layer's GPTQ
-// modules need) → GPTQ of each module through the backend → input quantization → propagate. The
+// modules need) → GPTQ of each module through the backend → propagate. The
 // backend has accepted the plan (CalibrationBackend::unsupported): GPTQ steps without static
 // activation ranges or KV-cache scales.
 void quantize_layer_on(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome);
@@ -86,7 +92,7 @@ void quantize_layer_on(const QuantizeContext& ctx, int layer, QuantizeOutcome& o
 void quantize_layer_rtn(const QuantizeContext& ctx, int layer, QuantizeOutcome& outcome);
 
 // Puts a quantized module's input quantization on its Linear (emulated activations), so that
-// propagation and evaluation see the quantized forward.
+// evaluation sees the quantized forward; called for every module once all layers are quantized.
 void enable_input_quantization(const QuantizeContext& ctx, int index, const QuantizedModule& m);
 
 }  // namespace lowbit::quant

@@ -53,9 +53,13 @@ TEST(ObserversGoldenTest, ActivationObserversPerBatch) {
     EmaMinMax avg(0.01, DType::BF16);
     const std::vector<float> mins = g.f32(name + ".min"), maxs = g.f32(name + ".max");
     const size_t slots = mins.size() / static_cast<size_t>(s[0]);
+    // Per-tensor cases also go through the quantize pipeline's observer (one slot).
+    QuantArgs named = args;
+    named.observer = c["observer"];
+    InputRangeObserver pipeline(named, DType::BF16, name);
     for (int64_t b = 0; b < s[0]; ++b) {
-      const SlotRange batch =
-          activation_slot_range(acts.data() + b * tokens * channels, tokens, channels, args);
+      const float* batch_values = acts.data() + b * tokens * channels;
+      const SlotRange batch = activation_slot_range(batch_values, tokens, channels, args);
       ema ? avg.update(batch) : stat.update(batch);
       const SlotRange& r = ema ? avg.range() : stat.range();
       ASSERT_EQ(r.min.size(), slots);
@@ -64,8 +68,34 @@ TEST(ObserversGoldenTest, ActivationObserversPerBatch) {
         EXPECT_EQ(r.min[k], mins[b * slots + k]) << "batch " << b << " slot " << k;
         EXPECT_EQ(r.max[k], maxs[b * slots + k]) << "batch " << b << " slot " << k;
       }
+      if (slots == 1) {
+        pipeline.observe(batch_values, static_cast<size_t>(tokens * channels));
+        EXPECT_EQ(pipeline.min(), mins[b]) << "batch " << b;
+        EXPECT_EQ(pipeline.max(), maxs[b]) << "batch " << b;
+      }
     }
   }
+}
+
+TEST(ObserversTest, InputRangeObserverKinds) {
+  QuantArgs a;  // int8 per tensor, static
+  const std::vector<float> first = {-1.0f, 2.0f}, second = {-3.0f, 1.0f};
+  auto run = [&](const std::string& observer) {
+    a.observer = observer;
+    InputRangeObserver o(a, DType::F32, "test");
+    EXPECT_TRUE(o.empty());
+    o.observe(first.data(), first.size());
+    o.observe(second.data(), second.size());
+    return std::pair{o.min(), o.max()};
+  };
+  EXPECT_EQ(run("static_minmax"), (std::pair{-3.0f, 2.0f}));
+  EXPECT_EQ(run("memoryless_minmax"), (std::pair{-3.0f, 1.0f}));
+  // compressed-tensors' default for static inputs is minmax: -1·0.99 + -3·0.01, 2·0.99 + 1·0.01.
+  const auto ema = run("");
+  EXPECT_FLOAT_EQ(ema.first, -1.02f);
+  EXPECT_FLOAT_EQ(ema.second, 1.99f);
+  a.observer = "mse";
+  EXPECT_THROW(InputRangeObserver(a, DType::F32, "test"), Unsupported);
 }
 
 TEST(ObserversTest, ObserverNamesAndKwargs) {
