@@ -371,11 +371,20 @@ void InputRangeObserver::observe(const float* x, size_t n) {
   batch.min = {lo};
   batch.max = {hi};
   switch (kind_) {
-    case Kind::Ema: ema_.update(batch); range_ = ema_.range(); break;
-    case Kind::Static: static_.update(batch); range_ = static_.range(); break;
-    case Kind::Memoryless: range_ = std::move(batch); break;
+    case Kind::Ema: ema_.update(batch); break;
+    case Kind::Static: static_.update(batch); break;
+    case Kind::Memoryless: last_ = std::move(batch); break;
   }
   has_ = true;
+}
+
+const SlotRange& InputRangeObserver::current() const {
+  switch (kind_) {
+    case Kind::Ema: return ema_.range();
+    case Kind::Static: return static_.range();
+    case Kind::Memoryless: break;
+  }
+  return last_;
 }
 
 }  // namespace lowbit::quant

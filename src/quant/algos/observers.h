@@ -112,15 +112,16 @@ class InputRangeObserver {
   InputRangeObserver(const QuantArgs& args, DType compute, const std::string& where);
   void observe(const float* x, size_t n);
   bool empty() const { return !has_; }
-  float min() const { return has_ ? range_.min[0] : 0.0f; }  // 0 before any batch
-  float max() const { return has_ ? range_.max[0] : 0.0f; }
+  float min() const { return has_ ? current().min[0] : 0.0f; }  // 0 before any batch
+  float max() const { return has_ ? current().max[0] : 0.0f; }
 
  private:
   enum class Kind { Ema, Static, Memoryless };
+  const SlotRange& current() const;
   Kind kind_;
   EmaMinMax ema_;
   StaticMinMax static_;
-  SlotRange range_;
+  SlotRange last_;  // memoryless: the last batch's range
   bool has_ = false;
 };
 

@@ -42,6 +42,11 @@ void check_supported(const models::Model& model) {
 
 }  // namespace
 
+bool calibrated_inputs(const QuantScheme& s) {
+  return s.input_activations && (!s.input_activations->is_dynamic() ||
+                                 s.input_activations->strategy == Strategy::TensorGroup);
+}
+
 ModulePlan plan_modules(models::Model& model,
                         const std::vector<std::pair<std::string, QuantScheme>>& groups,
                         const std::vector<std::string>& ignore) {
@@ -99,10 +104,10 @@ ModulePlan plan_modules(models::Model& model,
     }
     const QuantScheme& scheme = groups[static_cast<size_t>(p.group)].second;
     const QuantArgs& args = *scheme.weights;
-    const std::optional<QuantArgs>& in = scheme.input_activations;
-    if (in && (!in->is_dynamic() || in->strategy == Strategy::TensorGroup)) {
-      check_input_observer(*in, "config group '" + groups[static_cast<size_t>(p.group)].first +
-                                    "' input_activations");
+    if (calibrated_inputs(scheme)) {
+      check_input_observer(*scheme.input_activations,
+                           "config group '" + groups[static_cast<size_t>(p.group)].first +
+                               "' input_activations");
     }
     const bool grouped = args.strategy == Strategy::Group || args.strategy == Strategy::TensorGroup;
     // llm-compressor validates this too: a partial last group has no kernel in vLLM.

@@ -27,6 +27,10 @@ struct ModulePlan {
   std::vector<int> of_layer(int layer) const;
 };
 
+// Input activations whose checkpoint needs a number calibrated over the data: a static scale
+// (input_scale), or the global scale of NVFP4's dynamic local groups (input_global_scale).
+bool calibrated_inputs(const QuantScheme& s);
+
 // Builds the plan and resolves groups. Throws InvalidArgument when a target or ignore entry
 // matches no module, and Unsupported for layouts the pipeline cannot calibrate yet (fused q/k/v
 // or gate/up projections, mixture-of-experts layers). Logs a warning if lm_head is quantized.

@@ -19,12 +19,6 @@ const QuantScheme& scheme_of(const QuantizeContext& ctx, const PlannedLinear& p)
   return ctx.step->groups[static_cast<size_t>(p.group)].second;
 }
 
-// Input activations whose checkpoint needs a number calibrated over the data: a static scale
-// (input_scale), or the global scale of NVFP4's dynamic local groups (input_global_scale).
-bool calibrated_inputs(const QuantScheme& s) {
-  return s.input_activations && (!s.input_activations->is_dynamic() ||
-                                 s.input_activations->strategy == Strategy::TensorGroup);
-}
 
 // Per-head absmax of post-RoPE keys or values [tokens, heads * head_dim].
 void track_heads(std::vector<float>& absmax, const float* x, int64_t tokens, int64_t heads,
