@@ -40,27 +40,28 @@ check() {  # name, lowbit quantize arguments
   local dir="$out/$name"
   "$lowbit" quantize "$model" -o "$dir" --overwrite --no-progress "$@" >/dev/null 2>&1
   local logits=() kernel_logits=() io=()
-  local last=$((${#prompts[@]} - 1)) linear_io="$out/$name-linear-io.safetensors"
   for i in "${!prompts[@]}"; do
-    # The last (long) prompt also dumps every decoder Linear's input and output, for the
-    # per-module check on lowbit's own inputs.
-    [ "$i" = "$last" ] && io=(--dump-linear-io "$linear_io")
-    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" --linear-backend dequant "${io[@]}" \
+    # Every decoder Linear's input and output too: the long (last) prompt's for the per-module
+    # check on lowbit's own inputs, all of them for the float64 forward that follows lowbit
+    # through rounding ties.
+    "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" --linear-backend dequant \
+      --dump-linear-io "$out/$name-linear-io-$i.safetensors" \
       -o "$out/$name-logits-$i.safetensors" >/dev/null 2>&1
     "$lowbit" logits "$dir" --prompt-ids "${prompts[$i]}" \
       -o "$out/$name-kernel-logits-$i.safetensors" >/dev/null 2>&1
     logits+=("$out/$name-logits-$i.safetensors")
     kernel_logits+=("$out/$name-kernel-logits-$i.safetensors")
+    io+=("$out/$name-linear-io-$i.safetensors")
   done
   if "$python" scripts/reference/check_lowbit_checkpoint.py "$dir" --lowbit-logits "${logits[@]}" \
-      --lowbit-kernel-logits "${kernel_logits[@]}" --lowbit-linear-io "$linear_io" \
+      --lowbit-kernel-logits "${kernel_logits[@]}" --lowbit-linear-io "${io[@]}" \
       --load-dtype bfloat16 --lowbit-tol 1e-3 --json "$out/$name.json" > "$out/$name.log" 2>&1; then
     echo "$name: ok"
   else
     echo "$name: FAILED (see $out/$name.log)"
     status=1
   fi
-  rm -f "$linear_io"  # 55 MB each
+  rm -f "${io[@]}"  # 55 MB for the long prompt
 }
 
 calib=(--dataset data/text/calibration.txt --num-samples 32 --seq-len 512)
