@@ -7,11 +7,13 @@
 // "llama3" / "llama-v3" (Llama 3's split regex; merges ignored for words already in the vocab, as
 // llama.cpp does for that pre-tokenizer), "qwen2" / "deepseek-r1-qwen" (Qwen2's regex, digits one
 // at a time; merges always applied, no BOS by default) or "gpt-2" (GPT-2's byte-level
-// regex).
-// Tokens of type CONTROL become special added tokens, USER_DEFINED ones plain added tokens. BOS is
-// prepended when tokenizer.ggml.add_bos_token says so (absent: llama.cpp's default for the
-// pre-tokenizer, true for llama-bpe); EOS appended when tokenizer.ggml.add_eos_token is true.
-// Anything else (SentencePiece "llama", other pre-tokenizers) is Unsupported, naming the key.
+// regex); and "llama" (SentencePiece: tokenizer.ggml.scores, byte fallback, a prefix space unless
+// tokenizer.ggml.add_space_prefix is false, BOS by default), as llama.cpp tokenizes it.
+// Tokens of type CONTROL become special added tokens (and SentencePiece's UNKNOWN), USER_DEFINED
+// ones plain added tokens. BOS is prepended when tokenizer.ggml.add_bos_token says so (absent:
+// llama.cpp's default for the model or pre-tokenizer); EOS appended when
+// tokenizer.ggml.add_eos_token is true. Anything else (other models or pre-tokenizers) is
+// Unsupported, naming the key.
 #pragma once
 
 #include <string>

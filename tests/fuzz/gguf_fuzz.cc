@@ -1,5 +1,6 @@
-// libFuzzer target: GgufFile::from_bytes on arbitrary bytes, then every metadata value printed and
-// every tensor it accepts read in full and, when small enough, dequantized. Bad input must end in a
+// libFuzzer target: GgufFile::from_bytes on arbitrary bytes, then every metadata value printed,
+// every tensor it accepts read in full and, when small enough, dequantized, and the tokenizer
+// metadata (tokenizer.ggml.*) turned into a tokenizer that encodes and decodes a short text. Bad input must end in a
 // lowbit::Error; any other exception escapes and, like a crash, a sanitizer report or a hang, is
 // reported by libFuzzer.
 #include <cstddef>
@@ -10,6 +11,8 @@
 #include "formats/gguf.h"
 #include "formats/gguf_dequant.h"
 #include "lowbit/error.h"
+#include "models/gguf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
@@ -25,6 +28,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         lowbit::Tensor t = lowbit::formats::dequantize_gguf_tensor(*file, info);
         sink = sink + static_cast<size_t>(t.numel());
       }
+    }
+    if (file->find("tokenizer.ggml.model") != nullptr) {
+      const lowbit::Tokenizer tokenizer =
+          lowbit::Tokenizer::from_json_string(lowbit::models::gguf_tokenizer_json(*file), "fuzz-input");
+      const std::vector<int32_t> ids = tokenizer.encode("Hello  world\n\u2603 12345", true);
+      sink = sink + tokenizer.decode(ids, false).size();
     }
   } catch (const lowbit::Error&) {
   }

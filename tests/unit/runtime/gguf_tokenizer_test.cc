@@ -3,7 +3,8 @@
 // (scripts/fixtures/make_gguf_model_fixtures.py). Golden ids: the Hugging Face tokenizers cases
 // of tests/golden/ref-llama-19m/reference.json (with and without BOS); on a longer text (the
 // heldout file), the ids of the model's own tokenizer.json through lowbit's tokenizer, which the
-// tokenizer tests check against HF tokenizers.
+// tokenizer tests check against HF tokenizers. Then Qwen2's pre-tokenizer and a SentencePiece
+// vocabulary, each from a file llama.cpp's converter wrote.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -84,6 +85,62 @@ TEST(GgufTokenizer, Qwen2PreTokenizerMatchesTransformers) {
   }
   // With Llama 3's regex "2024" would be one piece; here each digit is its own token.
   EXPECT_EQ(tokenizer.encode("x=12345", false).size(), 7u);
+}
+
+// A SentencePiece vocabulary (tokenizer.ggml.model "llama"): tests/golden/gguf/spm-tiny-bf16.gguf,
+// written by llama.cpp's converter from a SentencePiece BPE model trained with Llama's settings
+// (scripts/fixtures/make_gguf_spm_fixture.py). Golden ids: llama.cpp's llama-tokenize on that
+// file, equal to SentencePiece's own encoding (the script asserts it), on texts with leading and
+// repeated spaces, tabs, newlines, digits, accents and characters outside the vocabulary (byte
+// fallback), and on 20,000 characters of heldout text.
+TEST(GgufTokenizer, SentencePieceMatchesLlamaCpp) {
+  const fs::path path = kRoot / "tests/golden/gguf/spm-tiny-bf16.gguf";
+  auto file = formats::GgufFile::open(path.string());
+  const Tokenizer tokenizer = Tokenizer::from_json_string(gguf_tokenizer_json(*file), path.string());
+  EXPECT_EQ(tokenizer.vocab_size(), 1200);
+  const nlohmann::json golden =
+      nlohmann::json::parse(read_text(kRoot / "tests/golden/gguf/spm_golden.json"));
+  ASSERT_EQ(golden["texts"].size(), 11u);
+  for (size_t j = 0; j < golden["texts"].size(); ++j) {
+    const std::string text = golden["texts"][j].get<std::string>();
+    const std::vector<int32_t> ids = golden["ids"][j].get<std::vector<int32_t>>();
+    EXPECT_EQ(tokenizer.encode(text, true), ids) << text.substr(0, 80);
+    // SentencePiece's decoding gives the text back (no normalization; the prefix space dropped).
+    EXPECT_EQ(tokenizer.decode(ids, true), text) << text.substr(0, 80);
+  }
+  EXPECT_EQ(tokenizer.encode("a", false), std::vector<int32_t>(golden["ids"][8].begin() + 1, golden["ids"][8].end()));
+}
+
+TEST(GgufTokenizer, SentencePieceWithoutScoresIsNamed) {
+  const fs::path path = kRoot / "tests/golden/gguf/spm-tiny-bf16.gguf";
+  std::string bytes = read_text(path);
+  const size_t at = bytes.find("tokenizer.ggml.scores");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 21, "tokenizer.ggml.scorez");
+  auto file = formats::GgufFile::from_bytes(bytes, "patched.gguf");
+  try {
+    gguf_tokenizer_json(*file);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("patched.gguf: tokenizer.ggml.model 'llama' needs tokenizer.ggml.scores"));
+  }
+}
+
+// Found by the fuzzer: a token that is not UTF-8 used to escape as the JSON library's exception.
+TEST(GgufTokenizer, TokenThatIsNotUtf8IsNamed) {
+  const fs::path path = kRoot / "tests/golden/gguf/spm-tiny-bf16.gguf";
+  std::string bytes = read_text(path);
+  const std::string piece = std::string("\x03\0\0\0\0\0\0\0", 8) + "<s>";  // token 1, u64 length 3
+  const size_t at = bytes.find(piece);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 9] = '\xB3';  // "<s>" -> "<\xB3>": a continuation byte with no lead
+  auto file = formats::GgufFile::from_bytes(bytes, "patched.gguf");
+  try {
+    gguf_tokenizer_json(*file);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("patched.gguf: tokenizer.ggml.tokens[1] is not valid UTF-8"));
+  }
 }
 
 TEST(GgufTokenizer, UnsupportedTokenizerModelIsNamed) {
