@@ -12,6 +12,7 @@
 #include "models/gguf_tokenizer.h"
 #include "models/model.h"
 #include "quant/methods/plugins.h"
+#include "runtime/chat_source.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -69,7 +70,7 @@ std::string format_id_list(const std::vector<int32_t>& ids) {
 std::unique_ptr<Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
   if (std::optional<std::string> gguf = models::find_gguf_model(model_dir)) {
     // The GGUF's own tokenizer; a tokenizer.json beside the file when lowbit cannot build that
-    // one (SentencePiece GGUFs, other pre-tokenizers).
+    // one (other tokenizer models or pre-tokenizers).
     const std::filesystem::path beside = std::filesystem::path(*gguf).parent_path();
     try {
       auto file = formats::GgufFile::open(*gguf);
@@ -96,14 +97,15 @@ std::vector<int32_t> resolve_prompt(const PromptOptions& options, const std::str
   LOWBIT_CHECK(tokenizer != nullptr, model_dir + " has no tokenizer.json: use --prompt-ids");
   if (!options.chat) return tokenizer->encode(options.prompt, !options.no_special_tokens);
 
-  auto chat_template = ChatTemplate::from_dir(model_dir);
+  auto chat_template = runtime::model_chat_template(model_dir);
   LOWBIT_CHECK(chat_template.has_value(),
-               model_dir + " has no chat template (chat_template.jinja or tokenizer_config.json)");
+               model_dir + " has no chat template (chat_template.jinja, tokenizer_config.json or a "
+                           "GGUF's tokenizer.chat_template)");
   nlohmann::json messages = nlohmann::json::array();
   if (!options.system.empty()) messages.push_back({{"role", "system"}, {"content", options.system}});
   messages.push_back({{"role", "user"}, {"content", options.prompt}});
   std::string rendered =
-      chat_template->render(messages, /*add_generation_prompt=*/true, special_tokens_map(model_dir));
+      chat_template->render(messages, /*add_generation_prompt=*/true, runtime::model_special_tokens(model_dir));
   // The template writes the special tokens itself (BOS included): encode without adding more.
   return tokenizer->encode(rendered, /*add_special_tokens=*/false);
 }

@@ -300,4 +300,28 @@ std::string gguf_tokenizer_json(const formats::GgufFile& file) {
   }
 }
 
+std::optional<std::string> gguf_chat_template(const formats::GgufFile& file) {
+  if (file.find("tokenizer.chat_template") == nullptr) return std::nullopt;
+  return file.get_string("tokenizer.chat_template");
+}
+
+nlohmann::json gguf_special_tokens_map(const formats::GgufFile& file) {
+  json out = json::object();
+  if (file.find("tokenizer.ggml.tokens") == nullptr) return out;
+  const std::vector<std::string> tokens = file.get_string_array("tokenizer.ggml.tokens");
+  for (const auto& [name, key] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"},
+                                  std::pair{"eos_token", "tokenizer.ggml.eos_token_id"},
+                                  std::pair{"unk_token", "tokenizer.ggml.unknown_token_id"},
+                                  std::pair{"pad_token", "tokenizer.ggml.padding_token_id"}}) {
+    if (file.find(key) == nullptr) continue;
+    const int64_t id = file.get_int(key);
+    if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
+      throw InvalidArgument(file.path() + ": metadata key \"" + key + "\" (" + std::to_string(id) +
+                            ") is not a token id");
+    }
+    out[name] = tokens[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
 }  // namespace lowbit::models

@@ -16,6 +16,8 @@
 // Unsupported, naming the key.
 #pragma once
 
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "formats/gguf.h"
@@ -23,5 +25,12 @@
 namespace lowbit::models {
 
 std::string gguf_tokenizer_json(const formats::GgufFile& file);
+
+// What a model folder's tokenizer_config.json gives, from the GGUF metadata: the chat template
+// (tokenizer.chat_template; nullopt when absent) and the special tokens' strings (bos_token,
+// eos_token, unk_token, pad_token from tokenizer.ggml.{bos,eos,unknown,padding}_token_id; absent
+// ones left out), the variables a chat template reads.
+std::optional<std::string> gguf_chat_template(const formats::GgufFile& file);
+nlohmann::json gguf_special_tokens_map(const formats::GgufFile& file);
 
 }  // namespace lowbit::models

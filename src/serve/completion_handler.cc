@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "lowbit/error.h"
 #include "models/model.h"
+#include "runtime/chat_source.h"
 #include "serve/metrics.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
@@ -98,8 +99,8 @@ CompletionHandler::CompletionHandler(const models::Model& model, const Tokenizer
     : tokenizer_(tokenizer), engine_(engine), metrics_(metrics), options_(options) {
   limits_.max_model_len = engine.max_model_len();
   limits_.defaults = sampling_defaults_from_dir(options.model_dir);
-  chat_template_ = ChatTemplate::from_dir(options.model_dir);
-  template_variables_ = nlohmann::ordered_json(special_tokens_map(options.model_dir));
+  chat_template_ = runtime::model_chat_template(options.model_dir);
+  template_variables_ = nlohmann::ordered_json(runtime::model_special_tokens(options.model_dir));
   (void)model;
 }
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,6 +18,8 @@
 #include "formats/safetensors.h"
 #include "lowbit/error.h"
 #include "models/gguf_tokenizer.h"
+#include "runtime/chat_source.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::models {
@@ -109,6 +112,28 @@ TEST(GgufTokenizer, SentencePieceMatchesLlamaCpp) {
     EXPECT_EQ(tokenizer.decode(ids, true), text) << text.substr(0, 80);
   }
   EXPECT_EQ(tokenizer.encode("a", false), std::vector<int32_t>(golden["ids"][8].begin() + 1, golden["ids"][8].end()));
+}
+
+// The chat template a GGUF carries (tokenizer.chat_template, written by llama.cpp's converter from
+// tokenizer_config.json) with the special tokens of its metadata: rendered as transformers'
+// render_jinja_template renders it, then tokenized as llama-tokenize does with special tokens
+// parsed (the "chat" golden of the same script).
+TEST(GgufTokenizer, ChatTemplateFromTheFile) {
+  const fs::path path = kRoot / "tests/golden/gguf/spm-tiny-bf16.gguf";
+  const std::optional<ChatTemplate> chat = runtime::model_chat_template(path.string());
+  ASSERT_TRUE(chat.has_value());
+  const nlohmann::json special = runtime::model_special_tokens(path.string());
+  // The converter wrote bos and eos ids (no unknown or padding id): those are the variables.
+  EXPECT_EQ(special, (nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}}));
+  const nlohmann::ordered_json golden =
+      nlohmann::ordered_json::parse(read_text(kRoot / "tests/golden/gguf/spm_golden.json"))["chat"];
+  const std::string rendered = chat->render(golden["messages"], true, nlohmann::ordered_json(special));
+  EXPECT_EQ(rendered, golden["rendered"].get<std::string>());
+  auto file = formats::GgufFile::open(path.string());
+  const Tokenizer tokenizer = Tokenizer::from_json_string(gguf_tokenizer_json(*file), path.string());
+  EXPECT_EQ(tokenizer.encode(rendered, false), golden["ids"].get<std::vector<int32_t>>());
+  // A GGUF without a template (the converter found none in the model it converted) has none.
+  EXPECT_FALSE(runtime::model_chat_template((kRoot / "tests/golden/gguf/ref-llama-2l-q8_0.gguf").string()));
 }
 
 TEST(GgufTokenizer, SentencePieceWithoutScoresIsNamed) {
