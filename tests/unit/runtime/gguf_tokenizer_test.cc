@@ -43,6 +43,19 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
+// The message of the E that gguf_tokenizer_json throws on a patched copy of a fixture's bytes
+// ("" when it throws nothing; another exception fails the test by escaping).
+template <typename E>
+std::string error_on_patched(const std::string& bytes) {
+  auto file = formats::GgufFile::from_bytes(bytes, "patched.gguf");
+  try {
+    gguf_tokenizer_json(*file);
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(GgufTokenizer, MatchesHuggingFaceCases) {
   const Tokenizer tokenizer = gguf_tokenizer();
   EXPECT_EQ(tokenizer.vocab_size(), 8192);
@@ -142,13 +155,8 @@ TEST(GgufTokenizer, SentencePieceWithoutScoresIsNamed) {
   const size_t at = bytes.find("tokenizer.ggml.scores");
   ASSERT_NE(at, std::string::npos);
   bytes.replace(at, 21, "tokenizer.ggml.scorez");
-  auto file = formats::GgufFile::from_bytes(bytes, "patched.gguf");
-  try {
-    gguf_tokenizer_json(*file);
-    FAIL() << "expected InvalidArgument";
-  } catch (const InvalidArgument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("patched.gguf: tokenizer.ggml.model 'llama' needs tokenizer.ggml.scores"));
-  }
+  EXPECT_THAT(error_on_patched<InvalidArgument>(bytes),
+              HasSubstr("patched.gguf: tokenizer.ggml.model 'llama' needs tokenizer.ggml.scores"));
 }
 
 // Found by the fuzzer: a token that is not UTF-8 used to escape as the JSON library's exception.
@@ -159,13 +167,8 @@ TEST(GgufTokenizer, TokenThatIsNotUtf8IsNamed) {
   const size_t at = bytes.find(piece);
   ASSERT_NE(at, std::string::npos);
   bytes[at + 9] = '\xB3';  // "<s>" -> "<\xB3>": a continuation byte with no lead
-  auto file = formats::GgufFile::from_bytes(bytes, "patched.gguf");
-  try {
-    gguf_tokenizer_json(*file);
-    FAIL() << "expected InvalidArgument";
-  } catch (const InvalidArgument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("patched.gguf: tokenizer.ggml.tokens[1] is not valid UTF-8"));
-  }
+  EXPECT_THAT(error_on_patched<InvalidArgument>(bytes),
+              HasSubstr("patched.gguf: tokenizer.ggml.tokens[1] is not valid UTF-8"));
 }
 
 TEST(GgufTokenizer, UnsupportedTokenizerModelIsNamed) {
@@ -175,13 +178,7 @@ TEST(GgufTokenizer, UnsupportedTokenizerModelIsNamed) {
   const size_t at = bytes.find(value + "gpt2");
   ASSERT_NE(at, std::string::npos);
   bytes.replace(at + 8, 4, "t5xx");
-  auto file = formats::GgufFile::from_bytes(bytes, "patched.gguf");
-  try {
-    gguf_tokenizer_json(*file);
-    FAIL() << "expected Unsupported";
-  } catch (const Unsupported& e) {
-    EXPECT_THAT(e.what(), HasSubstr("tokenizer.ggml.model 't5xx' is not supported"));
-  }
+  EXPECT_THAT(error_on_patched<Unsupported>(bytes), HasSubstr("tokenizer.ggml.model 't5xx' is not supported"));
 }
 
 }  // namespace
