@@ -2,6 +2,7 @@
 #include "models/gguf_tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <vector>
@@ -201,6 +202,12 @@ json llama_tokenizer(const formats::GgufFile& file, const std::vector<std::strin
   if (scores.size() != tokens.size()) {
     throw InvalidArgument(file.path() + ": tokenizer.ggml.scores has " + std::to_string(scores.size()) +
                           " entries for " + std::to_string(tokens.size()) + " tokens");
+  }
+  for (size_t id = 0; id < scores.size(); ++id) {
+    // The merge order sorts by score: a NaN would break the ordering.
+    if (!std::isfinite(scores[id])) {
+      throw InvalidArgument(file.path() + ": tokenizer.ggml.scores[" + std::to_string(id) + "] is not finite");
+    }
   }
   json vocab, added;
   vocab_and_added(tokens, types, vocab, added);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -157,6 +158,19 @@ TEST(GgufTokenizer, SentencePieceWithoutScoresIsNamed) {
   bytes.replace(at, 21, "tokenizer.ggml.scorez");
   EXPECT_THAT(error_on_patched<InvalidArgument>(bytes),
               HasSubstr("patched.gguf: tokenizer.ggml.model 'llama' needs tokenizer.ggml.scores"));
+}
+
+TEST(GgufTokenizer, SentencePieceScoreThatIsNotFiniteIsNamed) {
+  const fs::path path = kRoot / "tests/golden/gguf/spm-tiny-bf16.gguf";
+  std::string bytes = read_text(path);
+  // tokenizer.ggml.scores: key, value type ARRAY (9), element type FLOAT32 (6), u64 count, floats.
+  const size_t at = bytes.find("tokenizer.ggml.scores");
+  ASSERT_NE(at, std::string::npos);
+  const size_t first = at + 21 + 4 + 4 + 8;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  bytes.replace(first + 4 * 5, 4, reinterpret_cast<const char*>(&nan), 4);  // score of token 5
+  EXPECT_THAT(error_on_patched<InvalidArgument>(bytes),
+              HasSubstr("patched.gguf: tokenizer.ggml.scores[5] is not finite"));
 }
 
 // Found by the fuzzer: a token that is not UTF-8 used to escape as the JSON library's exception.
