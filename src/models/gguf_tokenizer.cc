@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lowbit/error.h"
+#include "tokenizer/unicode.h"  // utf8_len only (inline): no link to lowbit_tokenizer
 
 namespace lowbit::models {
 namespace {
@@ -75,17 +76,24 @@ bool flag(const formats::GgufFile& file, const std::string& key, bool fallback) 
   return file.find(key) != nullptr ? file.get_bool(key) : fallback;
 }
 
+// The id a metadata key holds, checked against the vocabulary (InvalidArgument naming the key).
+size_t token_id_of(const formats::GgufFile& file, const std::vector<std::string>& tokens,
+                   const std::string& key) {
+  const int64_t id = file.get_int(key);
+  if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
+    throw InvalidArgument(file.path() + ": metadata key \"" + key + "\" (" + std::to_string(id) +
+                          ") is not a token id");
+  }
+  return static_cast<size_t>(id);
+}
+
 // TemplateProcessing that adds BOS before (and EOS after) each sequence, as llama.cpp does.
 json post_processor(const std::vector<std::string>& tokens, const formats::GgufFile& file,
                     bool add_bos, bool add_eos) {
   json specials = json::object();
   auto special = [&](const char* key) -> std::string {
-    const int64_t id = file.get_int(key);
-    if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
-      throw InvalidArgument(file.path() + ": metadata key \"" + key + "\" (" +
-                            std::to_string(id) + ") is not a token id");
-    }
-    const std::string& token = tokens[static_cast<size_t>(id)];
+    const size_t id = token_id_of(file, tokens, key);
+    const std::string& token = tokens[id];
     specials[token] = {{"id", token}, {"ids", {id}}, {"tokens", {token}}};
     return token;
   };
@@ -177,14 +185,6 @@ json gpt2_tokenizer(const formats::GgufFile& file, const std::vector<std::string
   };
 }
 
-// Length of the UTF-8 sequence that starts with byte c (1 for a stray continuation byte).
-size_t utf8_length(unsigned char c) {
-  if (c >= 0xF0) return 4;
-  if (c >= 0xE0) return 3;
-  if (c >= 0xC0) return 2;
-  return 1;
-}
-
 // SentencePiece (tokenizer.ggml.model "llama"), as llama.cpp tokenizes it: spaces become "▁", one
 // is prepended (tokenizer.ggml.add_space_prefix, default true), the text's UTF-8 characters are
 // merged pairwise, always the pair whose concatenation is the vocabulary token of highest score
@@ -221,8 +221,8 @@ json llama_tokenizer(const formats::GgufFile& file, const std::vector<std::strin
   for (size_t id = 0; id < tokens.size(); ++id) {
     if (types[id] == kByte) continue;  // <0xXX> is not text
     const std::string& token = tokens[id];
-    for (size_t cut = utf8_length(static_cast<unsigned char>(token[0])); cut < token.size();
-         cut += utf8_length(static_cast<unsigned char>(token[cut]))) {
+    for (size_t cut = tokenizer::utf8_len(static_cast<unsigned char>(token[0])); cut < token.size();
+         cut += tokenizer::utf8_len(static_cast<unsigned char>(token[cut]))) {
       const auto left = id_of.find(token.substr(0, cut));
       const auto right = id_of.find(token.substr(cut));
       if (left != id_of.end() && right != id_of.end()) merges.push_back({scores[id], left->second, right->second});
@@ -248,12 +248,7 @@ json llama_tokenizer(const formats::GgufFile& file, const std::vector<std::strin
   if (add_space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   std::string unk = "<unk>";
   if (file.find("tokenizer.ggml.unknown_token_id") != nullptr) {
-    const int64_t id = file.get_int("tokenizer.ggml.unknown_token_id");
-    if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
-      throw InvalidArgument(file.path() + ": metadata key \"tokenizer.ggml.unknown_token_id\" (" +
-                            std::to_string(id) + ") is not a token id");
-    }
-    unk = tokens[static_cast<size_t>(id)];
+    unk = tokens[token_id_of(file, tokens, "tokenizer.ggml.unknown_token_id")];
   }
   return {
       {"version", "1.0"},
@@ -320,13 +315,7 @@ nlohmann::json gguf_special_tokens_map(const formats::GgufFile& file) {
                                   std::pair{"eos_token", "tokenizer.ggml.eos_token_id"},
                                   std::pair{"unk_token", "tokenizer.ggml.unknown_token_id"},
                                   std::pair{"pad_token", "tokenizer.ggml.padding_token_id"}}) {
-    if (file.find(key) == nullptr) continue;
-    const int64_t id = file.get_int(key);
-    if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
-      throw InvalidArgument(file.path() + ": metadata key \"" + key + "\" (" + std::to_string(id) +
-                            ") is not a token id");
-    }
-    out[name] = tokens[static_cast<size_t>(id)];
+    if (file.find(key) != nullptr) out[name] = tokens[token_id_of(file, tokens, key)];
   }
   return out;
 }

@@ -19,7 +19,6 @@ const QuantScheme& scheme_of(const QuantizeContext& ctx, const PlannedLinear& p)
   return ctx.step->groups[static_cast<size_t>(p.group)].second;
 }
 
-
 // Per-head absmax of post-RoPE keys or values [tokens, heads * head_dim].
 void track_heads(std::vector<float>& absmax, const float* x, int64_t tokens, int64_t heads,
                  int64_t head_dim) {
