@@ -22,6 +22,9 @@
 #      lowbit bench measures in each of its runs. GGUF-Q8_0 / GGUF-Q4_0: lowbit on the very files
 #      llama.cpp runs (issue 9; Q4_0 / Q8_0 projections on the int kernels, the Q6_K tied output
 #      decoded at load to bf16 with --dtype bfloat16).
+#   W4A16-HEAD / W8A8-HEAD: the same schemes with lm_head quantized too (`--ignore ""`: lowbit
+#      unties it from the embedding, as llm-compressor does when lm_head is targeted), the
+#      counterpart of llama.cpp's quantized output tensor (Q6_K in its Q4_0 / Q8_0 files).
 #   FORMATS="GGUF-Q4_0 Q4_0 ..." runs only those steps (format names as in the table).
 #
 # Environment: LOWBIT (default build/bin/lowbit of this repo), LLAMACPP_GIT (default
@@ -145,13 +148,16 @@ EOF
       mv "$WORK/gguf/${q,,}.gguf.tmp" "$WORK/gguf/${q,,}.gguf"
     fi
   done
-  local scheme
-  for scheme in W4A16 W8A8 FP8_DYNAMIC; do
-    if [[ -n ${FORMATS:-} && " $FORMATS " != *" ${scheme%_DYNAMIC} "* ]]; then continue; fi
-    if [[ ! -f $WORK/lowbit-${scheme,,}/config.json ]]; then
-      log "lowbit quantize --scheme $scheme --algo rtn"
-      "$LOWBIT" quantize "$SYNTH" -o "$WORK/lowbit-${scheme,,}" --scheme "$scheme" --algo rtn \
-        --no-progress --overwrite -t "$THREADS" >"$WORK/quantize-${scheme,,}.log" 2>&1
+  local format scheme head
+  for format in W4A16 W8A8 FP8_DYNAMIC W4A16-HEAD W8A8-HEAD; do
+    if [[ -n ${FORMATS:-} && " $FORMATS " != *" ${format%_DYNAMIC} "* ]]; then continue; fi
+    scheme=${format%-HEAD}
+    head=()  # -HEAD: lm_head quantized too (--ignore ""), untied from the embedding
+    [[ $format == *-HEAD ]] && head=(--ignore "")
+    if [[ ! -f $WORK/lowbit-${format,,}/config.json ]]; then
+      log "lowbit quantize --scheme $scheme --algo rtn ${head[*]}"
+      "$LOWBIT" quantize "$SYNTH" -o "$WORK/lowbit-${format,,}" --scheme "$scheme" --algo rtn \
+        "${head[@]}" --no-progress --overwrite -t "$THREADS" >"$WORK/quantize-${format,,}.log" 2>&1
     fi
   done
 }
@@ -181,6 +187,8 @@ run_round() {
     "run_lowbit W8A8 $WORK/lowbit-w8a8"
     "run_llamacpp Q8_0 $WORK/gguf/q8_0.gguf"
     "run_lowbit W4A16 $WORK/lowbit-w4a16"
+    "run_lowbit W4A16-HEAD $WORK/lowbit-w4a16-head"
+    "run_lowbit W8A8-HEAD $WORK/lowbit-w8a8-head"
     "run_llamacpp Q4_0 $WORK/gguf/q4_0.gguf"
     "run_lowbit FP8 $WORK/lowbit-fp8_dynamic"
     "run_lowbit GGUF-Q8_0 $WORK/gguf/q8_0.gguf --dtype bfloat16"
@@ -224,7 +232,8 @@ for line in open(path):
             elif test["n_gen"] == tg and test["n_prompt"] == 0:
                 b["tg"] = max(b["tg"], rate)
                 b["gbps"] = max(b["gbps"], test["model_size"] * rate / 1e9)
-pairs = [("BF16", "BF16"), ("W8A8", "Q8_0"), ("W4A16", "Q4_0"), ("FP8", "Q8_0"),
+pairs = [("BF16", "BF16"), ("W8A8", "Q8_0"), ("W8A8-HEAD", "Q8_0"), ("W4A16", "Q4_0"),
+         ("W4A16-HEAD", "Q4_0"), ("FP8", "Q8_0"),
          ("GGUF-Q8_0", "Q8_0"), ("GGUF-Q4_0", "Q4_0")]
 print(f"| format (lowbit / llama.cpp) | lowbit pp{pp} tok/s | lowbit tg{tg} tok/s | lowbit weight GB/s "
       f"| llama.cpp pp{pp} | llama.cpp tg{tg} | llama.cpp weight GB/s | pp ratio | tg ratio |")

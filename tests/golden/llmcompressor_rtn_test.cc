@@ -43,13 +43,14 @@ std::string torch_dtype_name(DType d) {
   }
 }
 
-std::string quantize_with_lowbit(const std::string& name, const std::string& scheme) {
-  QuantizeFlags flags;
-  flags.scheme = scheme;
+const std::string kEmbeddedModel = kRoot + "/models/ref-llama-19m";
+
+std::string quantize_with_lowbit(const std::string& name, QuantizeFlags flags,
+                                 const std::string& model_dir = kEmbeddedModel) {
   flags.algo = "rtn";
   const Recipe recipe = recipe_from_flags(flags);
   OneshotOptions o;
-  o.model_dir = kRoot + "/models/ref-llama-19m";
+  o.model_dir = model_dir;
   o.output_dir = (fs::path(LOWBIT_BINARY_DIR) / "llmc-compare" / name).string();
   fs::remove_all(o.output_dir);
   fs::remove_all(o.output_dir + ".tmp");
@@ -86,11 +87,14 @@ std::string layer0_differences(const std::string& golden_dir, const formats::Che
   return report;
 }
 
-void expect_identical(const std::string& golden_name, const std::string& scheme) {
-  SCOPED_TRACE(golden_name);
-  const std::string golden_dir = kGolden + golden_name;
-  const std::string out = quantize_with_lowbit(golden_name, scheme);
-  const formats::Checkpoint ours = formats::Checkpoint::open(out);
+QuantizeFlags scheme_flags(const std::string& scheme) {
+  QuantizeFlags flags;
+  flags.scheme = scheme;
+  return flags;
+}
+
+// Every tensor of the golden tensors.json, byte for byte, and nothing more.
+void expect_same_tensors(const std::string& golden_dir, const formats::Checkpoint& ours) {
   const nlohmann::json expected = read_json(golden_dir + "/tensors.json");
   size_t compared = 0;
   for (const nlohmann::json& t : expected.at("tensors")) {
@@ -104,6 +108,14 @@ void expect_identical(const std::string& golden_name, const std::string& scheme)
     ++compared;
   }
   EXPECT_EQ(ours.names().size(), compared) << "lowbit wrote tensors llm-compressor did not";
+}
+
+void expect_identical(const std::string& golden_name, const std::string& scheme) {
+  SCOPED_TRACE(golden_name);
+  const std::string golden_dir = kGolden + golden_name;
+  const std::string out = quantize_with_lowbit(golden_name, scheme_flags(scheme));
+  const formats::Checkpoint ours = formats::Checkpoint::open(out);
+  expect_same_tensors(golden_dir, ours);
   EXPECT_EQ(layer0_differences(golden_dir, ours), "");
   const nlohmann::json theirs = read_json(golden_dir + "/config.json").at("quantization_config");
   const nlohmann::json mine = read_json(out + "/config.json").at("quantization_config");
@@ -115,6 +127,25 @@ TEST(LlmCompressorRtnTest, W4A16Asym) { expect_identical("rtn_w4a16_asym", "W4A1
 TEST(LlmCompressorRtnTest, W8A8) { expect_identical("rtn_w8a8", "W8A8"); }
 TEST(LlmCompressorRtnTest, Fp8Dynamic) { expect_identical("rtn_fp8_dynamic", "FP8_DYNAMIC"); }
 TEST(LlmCompressorRtnTest, Fp8Block) { expect_identical("rtn_fp8_block", "FP8_BLOCK"); }
+
+// A tied lm_head reached by the targets (nothing ignored): llm-compressor unties the embeddings
+// (a bf16 embed_tokens stays, lm_head gets its own quantized tensors) and writes
+// tie_word_embeddings false with an empty ignore list (scripts/reference/
+// run_llmcompressor_tied_head.py, on the tiny tied Llama of the architecture fixtures).
+TEST(LlmCompressorRtnTest, TiedLmHead) {
+  const std::string golden_dir = kGolden + "rtn_w4a16_tied_head";
+  QuantizeFlags flags = scheme_flags("W4A16");
+  flags.ignore.clear();
+  const std::string out = quantize_with_lowbit(
+      "rtn_w4a16_tied_head", flags, kRoot + "/tests/golden/arch/llama3-ropescaled-tied");
+  expect_same_tensors(golden_dir, formats::Checkpoint::open(out));
+  const nlohmann::json theirs = read_json(golden_dir + "/config.json");
+  const nlohmann::json mine = read_json(out + "/config.json");
+  EXPECT_EQ(mine.at("quantization_config"), theirs.at("quantization_config"))
+      << "lowbit:\n" << mine.at("quantization_config").dump(1);
+  EXPECT_EQ(theirs.at("tie_word_embeddings"), false);
+  EXPECT_EQ(mine.at("tie_word_embeddings"), theirs.at("tie_word_embeddings"));
+}
 
 }  // namespace
 }  // namespace lowbit::quant

@@ -160,14 +160,16 @@ void tile_for_group(const Wna16Args& a, int64_t tile, int64_t i0, const uint8_t*
 
 }  // namespace
 
-// With m > 3 a tile is passed over more than once: pass `part` of `parts` also prefetches every
-// parts-th block of the next tile into L2, so that DRAM streams while the later passes compute
-// from cache (as in wna16_avx512.cc).
+// Every tile prefetches the next one into L2 as it goes, one block of the next tile per block of
+// this one: the hardware prefetchers stop at each 4 KiB page, and at m = 1 this alone raised the
+// weight stream from ~44 to ~50-70 GB/s on the 1B shapes (bench/NOTES.md, 2026-12-01). With m > 3
+// a tile is passed over more than once: pass `part` of `parts` prefetches every parts-th block, so
+// that DRAM streams while the later passes compute from cache (as in wna16_avx512.cc).
 void wna16_gemv_bf16dot_avx512(const Wna16Args& a, Range tiles) {
   const Wna16Layout& w = *a.w;
   const int64_t passes = (a.m + kMaxGroup - 1) / kMaxGroup;
   for (int64_t tile = tiles.begin; tile < tiles.end; ++tile) {
-    const uint8_t* next = passes > 1 && tile + 1 < tiles.end
+    const uint8_t* next = tile + 1 < tiles.end
                               ? w.codes + (tile + 1) * w.col_blocks * kRows * 16
                               : nullptr;
     for (int64_t i0 = 0; i0 < a.m; i0 += kMaxGroup) {

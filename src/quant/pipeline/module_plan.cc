@@ -66,10 +66,25 @@ ModulePlan plan_modules(models::Model& model,
     plan.linears.push_back({prefix + names.up_proj, index, LinearRole::Up, &layer.mlp.up});
     plan.linears.push_back({prefix + names.down_proj, index, LinearRole::Down, &layer.mlp.down});
   }
-  // A tied LM head is the embedding matrix: compressed-tensors never quantizes it separately.
-  if (!model.config().tie_word_embeddings) {
-    plan.linears.push_back({strip_weight_suffix(names.lm_head), -1, LinearRole::LmHead, &w.lm_head});
+  const std::string lm_head = strip_weight_suffix(names.lm_head);
+  bool with_lm_head = !model.config().tie_word_embeddings;
+  if (!with_lm_head) {
+    // transformers keeps an lm_head module even when it is tied, so targets and ignore see it.
+    // llm-compressor unties the embeddings when a group targets it (untie_word_embeddings): the
+    // head becomes its own copy of the embedding matrix and is quantized like any Linear.
+    const std::optional<size_t> group = resolve_group(groups, ignore, {lm_head, {"Linear"}});
+    if (group && groups[*group].second.weights) {
+      if (w.lm_head.weight.data() == nullptr || w.lm_head.method) {
+        throw Unsupported(lm_head + ": the tied embedding is not a float matrix here (" +
+                          model.quantization() + "): it cannot be untied and quantized");
+      }
+      plan.untied_lm_head = true;
+      with_lm_head = true;
+      log_info("lm_head is tied to the embedding and targeted: untying it (tie_word_embeddings "
+               "false in the output), as llm-compressor does");
+    }
   }
+  if (with_lm_head) plan.linears.push_back({lm_head, -1, LinearRole::LmHead, &w.lm_head});
 
   std::vector<ModuleRef> refs;
   for (PlannedLinear& p : plan.linears) {
@@ -78,10 +93,10 @@ ModulePlan plan_modules(models::Model& model,
     const std::optional<size_t> group = resolve_group(groups, ignore, ref);
     if (group && groups[*group].second.weights) p.group = static_cast<int>(*group);
   }
-  // transformers keeps an lm_head module even when it is tied: "ignore: [lm_head]" names it.
-  if (model.config().tie_word_embeddings) refs.push_back({strip_weight_suffix(names.lm_head), {"Linear"}});
+  if (!with_lm_head) refs.push_back({lm_head, {"Linear"}});
   const std::vector<std::string> missing = unmatched_targets(groups, refs);
   for (const std::string& entry : ignore) {
+    if (entry.empty()) continue;  // `--ignore ""`: nothing left unquantized, not a module name
     bool any = false;
     for (const ModuleRef& ref : refs) any = any || match_target(entry, ref) != MatchKind::None;
     // llm-compressor's usual ignore lists name MoE routers too: not an error on a dense model.

@@ -23,6 +23,10 @@ struct PlannedLinear {
 
 struct ModulePlan {
   std::vector<PlannedLinear> linears;  // in model order (layer by layer, then lm_head)
+  // The checkpoint ties lm_head to the embedding and a config group targets lm_head: as
+  // llm-compressor does (untie_word_embeddings), lm_head becomes a copy of the embedding that is
+  // quantized on its own, and the output says tie_word_embeddings false.
+  bool untied_lm_head = false;
   // The Linears of one decoder layer (indices into linears).
   std::vector<int> of_layer(int layer) const;
 };
@@ -33,7 +37,8 @@ bool calibrated_inputs(const QuantScheme& s);
 
 // Builds the plan and resolves groups. Throws InvalidArgument when a target or ignore entry
 // matches no module, and Unsupported for layouts the pipeline cannot calibrate yet (fused q/k/v
-// or gate/up projections, mixture-of-experts layers). Logs a warning if lm_head is quantized.
+// or gate/up projections, mixture-of-experts layers). Logs a warning if lm_head is quantized;
+// a tied lm_head that a group targets is untied (ModulePlan::untied_lm_head).
 ModulePlan plan_modules(models::Model& model,
                         const std::vector<std::pair<std::string, QuantScheme>>& groups,
                         const std::vector<std::string>& ignore);

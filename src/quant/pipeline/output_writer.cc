@@ -107,6 +107,9 @@ std::map<std::string, Tensor> collect_tensors(const OutputRequest& r) {
         r.plan->linears[static_cast<size_t>(it->second)].group >= 0)
       quantized.push_back(it->second);
   }
+  // An untied lm_head has no tensor of its own in the tied checkpoint: its quantized form is added.
+  const int untied_head = r.plan->untied_lm_head ? static_cast<int>(r.plan->linears.size()) - 1 : -1;
+  if (untied_head >= 0) quantized.push_back(untied_head);
   std::map<int, std::vector<NamedTensor>> compressed = compress_all(r, quantized);
   std::map<std::string, Tensor> out;
   for (const std::string& name : ckpt.names()) {
@@ -128,6 +131,7 @@ std::map<std::string, Tensor> collect_tensors(const OutputRequest& r) {
     }
     out[name] = ckpt.get(name);
   }
+  if (untied_head >= 0) add_linear(r, untied_head, compressed, out);
   // Norms the smoothing steps may have changed.
   for (size_t l = 0; l < model.weights().layers.size(); ++l) {
     const std::string prefix = names.layer_prefix + std::to_string(l) + ".";
@@ -225,7 +229,7 @@ CompressedTensorsConfig output_quantization_config(const OutputRequest& r) {
   for (const PlannedLinear& p : r.plan->linears) {
     if (p.group < 0) c.ignore.push_back(p.name);
   }
-  if (r.model->config().tie_word_embeddings) c.ignore.push_back("lm_head");
+  if (r.model->config().tie_word_embeddings && !r.plan->untied_lm_head) c.ignore.push_back("lm_head");
   return c;
 }
 
@@ -239,6 +243,7 @@ void write_quantized_checkpoint(const OutputRequest& r, const std::string& dir) 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text(in_dir / "config.json"));
   config.erase("compression_config");
   config["quantization_config"] = quantization_config_to_json(output_quantization_config(r));
+  if (r.plan->untied_lm_head) config["tie_word_embeddings"] = false;
   write_text(fs::path(dir) / "config.json", config.dump(2) + "\n");
   for (const fs::directory_entry& e : fs::directory_iterator(in_dir)) {
     const std::string name = e.path().filename().string();
