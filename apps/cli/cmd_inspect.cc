@@ -94,8 +94,8 @@ int run_inspect_gguf(const std::string& path, const InspectOptions& options) {
   try {
     const std::string config = models::gguf_config_json(*file);
     print_model_config(models::parse_model_config(config, path));
-    std::printf("runs on lowbit   yes (Q4_0 / Q8_0 projections on the int kernels, other quantized "
-                "tensors decoded to F32 at load)\n");
+    std::printf("runs on lowbit   yes (Q4_0 / Q8_0 / Q6_K projections on the int kernels, other "
+                "quantized tensors decoded to F32 at load)\n");
     // The modules the gguf method runs (quant/methods/gguf.cc), by type.
     std::map<std::string, int> int_modules;
     const nlohmann::json j = nlohmann::json::parse(config);
@@ -106,11 +106,14 @@ int run_inspect_gguf(const std::string& path, const InspectOptions& options) {
     }
     std::string line;
     for (const auto& [type, n] : int_modules) {
+      const char* as = type == "Q4_0"   ? "W4A16 group 32"
+                       : type == "Q6_K" ? "6-bit group 16"
+                                        : "W8A16 group 32";
       line += (line.empty() ? "" : "; ") + type + ": " + std::to_string(n) + " module(s) (wna16, " +
-              (type == "Q4_0" ? "W4A16" : "W8A16") + " group 32)";
+              as + ")";
     }
     std::printf("int kernels      %s\n",
-                line.empty() ? "none (no Q4_0 / Q8_0 projection)" : line.c_str());
+                line.empty() ? "none (no Q4_0 / Q8_0 / Q6_K projection)" : line.c_str());
   } catch (const Error& e) {
     std::printf("runs on lowbit   no: %s\n", e.what());
   }

@@ -68,15 +68,40 @@ std::string hf_name(const std::string& name) {
   return "";
 }
 
+bool int_kernel_type(GgmlType type) {
+  return type == GgmlType::Q4_0 || type == GgmlType::Q8_0 || type == GgmlType::Q6_K;
+}
+
 // The Hugging Face module ("model.layers.0.self_attn.q_proj", "lm_head") whose weight `info` is
 // when it runs on the int kernels through the gguf quantization method (quant/methods/gguf.cc): a
-// projection or the LM head stored as Q4_0 or Q8_0. "" for every other tensor (decoded at load).
+// projection or the LM head stored as Q4_0, Q8_0 or Q6_K. "" for every other tensor (decoded at
+// load).
 std::string int_kernel_module(const GgufTensorInfo& info) {
-  if (info.type != GgmlType::Q4_0 && info.type != GgmlType::Q8_0) return "";
+  if (!int_kernel_type(info.type)) return "";
   if (info.ne.size() != 2) return "";
   const std::string name = hf_name(info.name);
   if (name != "lm_head.weight" && !ends_with(name, "_proj.weight")) return "";
   return name.substr(0, name.size() - std::string(".weight").size());
+}
+
+// A file without output.weight ties the LM head to token_embd. When token_embd has an int-kernel
+// type (llama.cpp's Q4_0 / Q8_0 files keep it in Q6_K), the head runs on the int kernels from the
+// same blocks while the embedding is decoded for the lookup: the model is loaded untied, with an
+// "lm_head" module whose qweight is token_embd's bytes. Null when that does not apply.
+const GgufTensorInfo* tied_int_kernel_output(const GgufFile& file) {
+  if (file.find_tensor("output.weight") != nullptr) return nullptr;
+  const GgufTensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr || !int_kernel_type(embd->type) || embd->ne.size() != 2) return nullptr;
+  return embd;
+}
+
+// The qweight tensor of an int-kernel module: the blocks as stored, one row of blocks per output
+// feature, a view of the mapped file.
+Tensor block_rows(const std::shared_ptr<GgufFile>& file, const GgufTensorInfo& info) {
+  const int64_t rows = info.ne[1];
+  std::span<const uint8_t> bytes = file->tensor_data(info);
+  return Tensor::view(DType::U8, {rows, static_cast<int64_t>(bytes.size()) / rows},
+                      const_cast<uint8_t*>(bytes.data()), std::shared_ptr<const void>(file));
 }
 
 bool is_plain(GgmlType type) {
@@ -275,10 +300,12 @@ std::string gguf_config_json(const GgufFile& file) {
     const std::string module = int_kernel_module(info);
     if (!module.empty()) modules[module] = std::string(formats::ggml_type_name(info.type));
   }
+  const GgufTensorInfo* tied_output = tied_int_kernel_output(file);
+  if (tied_output != nullptr) modules["lm_head"] = std::string(formats::ggml_type_name(tied_output->type));
   if (!modules.empty()) {
     config["quantization_config"] = {{"quant_method", "gguf"}, {"modules", modules}};
   }
-  config["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
+  config["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr && tied_output == nullptr;
   if (arch == "llama") {  // Qwen2 always has q/k/v biases and no others (models/qwen2.cc)
     config["attention_bias"] = file.find_tensor("blk.0.attn_q.bias") != nullptr;
     config["mlp_bias"] = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
@@ -331,15 +358,15 @@ formats::Checkpoint gguf_checkpoint(const std::shared_ptr<GgufFile>& file, int64
       // Moving whole rows moves each row's codes and scales together, so the permutation below
       // applies to it unchanged.
       name = module + ".qweight";
-      const int64_t rows = info.ne[1];
-      std::span<const uint8_t> bytes = file->tensor_data(info);
-      t = Tensor::view(DType::U8, {rows, static_cast<int64_t>(bytes.size()) / rows},
-                       const_cast<uint8_t*>(bytes.data()), std::shared_ptr<const void>(file));
+      t = block_rows(file, info);
     } else {
       t = load_tensor(file, info, decoded_dtype);
     }
     if (permuted_heads > 0) t = unpermute_rows(t, permuted_heads, where);
     tensors.emplace(std::move(name), std::move(t));
+  }
+  if (const GgufTensorInfo* embd = tied_int_kernel_output(*file)) {
+    tensors.emplace("lm_head.qweight", block_rows(file, *embd));
   }
   return formats::Checkpoint::from_tensors(file->path(), std::move(tensors));
 }

@@ -4,7 +4,8 @@
 //
 // Supported: general.architecture "llama" (LlamaForCausalLM) and "qwen2" (Qwen2ForCausalLM: q/k/v
 // biases, q/k not permuted by the converter). Projections (q/k/v/o/gate/up/down)
-// and the LM head stored as Q4_0 or Q8_0 run on the int kernels (W4A16 / W8A16, group 32): the
+// and the LM head stored as Q4_0, Q8_0 or Q6_K run on the int kernels (W4A16 / W8A16 group 32,
+// 6-bit group 16; an output tied to such a token_embd too, loaded untied from the same blocks): the
 // config gets quantization_config {"quant_method": "gguf", "modules": {module: type}} and the
 // checkpoint the module's raw blocks as "<module>.qweight" (U8 [out, row bytes], a view of the
 // mapped file), which quant/methods/gguf.cc turns into canonical int weights without a float

@@ -21,10 +21,11 @@ TEST(GgufIntKernelsCli, InspectCountsTheModulesOnTheIntKernels) {
   EXPECT_NE(r.output.find("int kernels      Q4_0: 15 module(s) (wna16, W4A16 group 32)"),
             std::string::npos)
       << r.output;
-  // llama-quantize's Q4_K_M: only output and blk.1.attn_v are Q8_0.
+  // llama-quantize's Q4_K_M: output and blk.1.attn_v are Q8_0, blk.1.ffn_down Q6_K.
   r = run_lowbit("inspect " + repo_path(kQ4KM));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("int kernels      Q8_0: 2 module(s) (wna16, W8A16 group 32)"),
+  EXPECT_NE(r.output.find("int kernels      Q6_K: 1 module(s) (wna16, 6-bit group 16); "
+                          "Q8_0: 2 module(s) (wna16, W8A16 group 32)"),
             std::string::npos)
       << r.output;
 }

@@ -8,6 +8,7 @@
 
 #include "core/float_convert.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/wna16_g16.h"
 #include "kernels/cpu/wna16_kernels.h"
 #include "kernels/wna16_matmul.h"
 #include "lowbit/error.h"
@@ -231,11 +232,20 @@ std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const Int
                       wna16_kernel_name(kernel) +
                       " kernel (features: " + cpu_features_string(cpu_features()) + ")");
   }
+  // 5..6-bit groups of 16 (Q6_K) would cost 2.25 bytes per weight in the general layout.
+  if (kernel == Wna16Kernel::AVX512_BF16DOT && detail::wna16_g16_applies(weights)) {
+    return std::make_shared<detail::Wna16G16Cpu>(weights);
+  }
   return std::make_shared<detail::Wna16PackedCpu>(kernel, weights);
 }
 
 void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Packed& packed,
                        const float* bias, float* y) {
+  if (const auto* g16 = dynamic_cast<const detail::Wna16G16Cpu*>(&packed)) {
+    LOWBIT_CHECK(m >= 0, "matmul_wna16: m = " + std::to_string(m) + " is negative");
+    if (m > 0 && g16->rows() > 0) g16->matmul(x, m, bias, y);  // one kernel for every m
+    return;
+  }
   const detail::Wna16PackedCpu& p = cpu_packed(packed);
   const Wna16Layout& w = p.layout();
   LOWBIT_CHECK(m >= 0, "matmul_wna16: m = " + std::to_string(m) + " is negative");

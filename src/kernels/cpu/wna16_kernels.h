@@ -61,6 +61,9 @@ struct Wna16Layout {
   }
 };
 
+// Throws InvalidArgument for an inconsistent IntWeights (pack_wna16's contract).
+void validate_int_weights(const IntWeights& w);
+
 class Wna16PackedCpu final : public Wna16Packed {
  public:
   Wna16PackedCpu(Wna16Kernel kernel, const IntWeights& weights);

@@ -21,7 +21,9 @@ int64_t first_at_least(const std::vector<T>& values, int64_t limit) {
   return -1;
 }
 
-void validate(const IntWeights& w) {
+}  // namespace
+
+void validate_int_weights(const IntWeights& w) {
   const std::string at = "pack_wna16: IntWeights.";
   LOWBIT_CHECK(w.bits >= 2 && w.bits <= 8, at + "bits = " + str(w.bits) + " is outside 2..8");
   LOWBIT_CHECK(w.rows >= 0 && w.cols >= 0,
@@ -56,10 +58,8 @@ void validate(const IntWeights& w) {
   }
 }
 
-}  // namespace
-
 Wna16PackedCpu::Wna16PackedCpu(Wna16Kernel kernel, const IntWeights& w) : kernel_(kernel) {
-  validate(w);
+  validate_int_weights(w);
   // The bf16-dot kernel only has a 2..4-bit path: name what will run.
   if (kernel_ == Wna16Kernel::AVX512_BF16DOT && w.bits > 4) kernel_ = Wna16Kernel::AVX512;
   Wna16Layout& L = layout_;

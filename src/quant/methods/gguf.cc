@@ -5,15 +5,18 @@
 //   {"quant_method": "gguf", "modules": {"model.layers.0.self_attn.q_proj": "Q4_0", ...}}
 // Such a module's checkpoint tensor is its GGUF blocks, rows in Hugging Face's order (the loader
 // undoes attn_q / attn_k's permutation on whole rows of blocks), under vLLM's name:
-//   qweight U8 [out, in / 32 * block bytes]
-// and becomes canonical int weights (kernels/quant_weights.h), group size 32, no float round trip:
-//   Q4_0, 18-byte blocks: fp16 d, qs[16]; element j = qs[j] & 15, element j + 16 = qs[j] >> 4;
-//         w = (q - 8) * d   → bits 4, code q, implicit zero 8, scale float(d)
-//   Q8_0, 34-byte blocks: fp16 d, int8 qs[32]; w = q * d
-//                         → bits 8, code q + 128, implicit zero 128, scale float(d)
+//   qweight U8 [out, in / block weights * block bytes]
+// and becomes canonical int weights (kernels/quant_weights.h), no float round trip:
+//   Q4_0, 18-byte blocks of 32: fp16 d, qs[16]; element j = qs[j] & 15, element j + 16 = qs[j] >> 4;
+//         w = (q - 8) * d   → bits 4, group 32, code q, implicit zero 8, scale float(d)
+//   Q8_0, 34-byte blocks of 32: fp16 d, int8 qs[32]; w = q * d
+//         → bits 8, group 32, code q + 128, implicit zero 128, scale float(d)
+//   Q6_K, 210-byte super-blocks of 256 (q6_k_block below): w = d * sc[g] * (q - 32)
+//         → bits 6, group 16, code q, implicit zero 32, scale d * sc[g] (exact)
 // (code - zero) * scale is the exact product gguf-py's dequantize computes, so the wna16 kernels
-// (W4A16 / W8A16 on the GPU) run the file's own numbers. Every other tensor (F32 / F16 / BF16 as
-// stored, Q4_1, Q5_0, Q5_1, the K-quants, the embedding) is decoded at load by the loader and runs
+// (W4A16 / W8A16 on the GPU) run the file's own numbers; Q6_K takes the CPU's group-16 layout
+// (kernels/cpu/wna16_g16.h), one byte per weight. Every other tensor (F32 / F16 / BF16 as stored,
+// Q4_1, Q5_0, Q5_1, the other K-quants, the embedding) is decoded at load by the loader and runs
 // dense ("gguf_decode" below): no method is returned for those modules.
 #include <map>
 
@@ -25,11 +28,35 @@
 namespace lowbit::quant {
 namespace {
 
-constexpr int64_t kBlock = 32;  // weights per Q4_0 / Q8_0 block
+enum class GgufIntType { Q4_0, Q8_0, Q6_K };
 
-enum class GgufIntType { Q4_0, Q8_0 };
+int64_t block_weights(GgufIntType t) { return t == GgufIntType::Q6_K ? 256 : 32; }
+int64_t block_bytes(GgufIntType t) {
+  switch (t) {
+    case GgufIntType::Q4_0: return 2 + 16;
+    case GgufIntType::Q8_0: return 2 + 32;
+    case GgufIntType::Q6_K: return 128 + 64 + 16 + 2;
+  }
+  return 0;
+}
 
-int64_t block_bytes(GgufIntType t) { return t == GgufIntType::Q4_0 ? 2 + kBlock / 2 : 2 + kBlock; }
+// One Q6_K super-block (ggml's block_q6_K: ql[128], qh[64], int8 scales[16], fp16 d) as codes
+// q in [0, 64) in element order and 16 scales d · scales[g]: element e's low 4 bits are nibble
+// (e % 128) / 64 of ql[64 h + e % 64], its high 2 bits field (e % 128) / 32 of qh[32 h + e % 32],
+// h = e / 128 (as formats/gguf_dequant.cc decodes it). d · scale is exact in fp32 (11 + 8 bits).
+void q6_k_block(const uint8_t* block, uint8_t* codes, float* scales) {
+  const uint8_t* ql = block;
+  const uint8_t* qh = block + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = f16_to_f32(static_cast<uint16_t>(block[208] | (block[209] << 8)));
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, r = e % 128;
+    const int low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
+    const int high = (qh[32 * h + e % 32] >> (2 * (r / 32))) & 3;
+    codes[e] = static_cast<uint8_t>(low | high << 4);
+  }
+  for (int g = 0; g < 16; ++g) scales[g] = d * static_cast<float>(sc[g]);
+}
 
 class GgufLinear : public KernelLinear {
  public:
@@ -37,25 +64,35 @@ class GgufLinear : public KernelLinear {
 
   void create_weights(LayerParams& layer) override {
     const LayerInfo& info = layer.info();
-    if (info.in_features % kBlock != 0) {
+    const int64_t per_block = block_weights(type_);
+    if (info.in_features % per_block != 0) {
       throw InvalidArgument(info.prefix + ": GGUF " + name() + " needs in_features divisible by " +
-                            std::to_string(kBlock) + ", got " + std::to_string(info.in_features));
+                            std::to_string(per_block) + ", got " + std::to_string(info.in_features));
     }
-    layer.declare(ParamSpec{
-        "qweight", {DType::U8}, {info.out_features, info.in_features / kBlock * block_bytes(type_)}});
+    layer.declare(ParamSpec{"qweight",
+                            {DType::U8},
+                            {info.out_features, info.in_features / per_block * block_bytes(type_)}});
   }
 
   void process_weights_after_loading(LayerParams& layer) override {
     const LayerInfo& info = layer.info();
     kernels::IntWeights w;
-    w.bits = type_ == GgufIntType::Q4_0 ? 4 : 8;
+    w.bits = type_ == GgufIntType::Q4_0 ? 4 : type_ == GgufIntType::Q6_K ? 6 : 8;
     w.rows = info.out_features;
     w.cols = info.in_features;
-    w.group_size = kBlock;
-    const int64_t blocks = w.cols / kBlock;
+    w.group_size = type_ == GgufIntType::Q6_K ? 16 : 32;
     w.codes.resize(static_cast<size_t>(w.rows * w.cols));
-    w.scales.resize(static_cast<size_t>(w.rows * blocks));
+    w.scales.resize(static_cast<size_t>(w.rows * w.groups()));
     const auto* src = layer.get("qweight").data_as<const uint8_t>();
+    if (type_ == GgufIntType::Q6_K) {  // rows are whole super-blocks: block b = r · cols / 256 + c / 256
+      for (int64_t b = 0; b < w.rows * w.cols / 256; ++b) {
+        q6_k_block(src + b * block_bytes(type_), w.codes.data() + b * 256, w.scales.data() + b * 16);
+      }
+      finish_int(layer, std::move(w), std::nullopt);
+      return;
+    }
+    constexpr int64_t kBlock = 32;
+    const int64_t blocks = w.cols / kBlock;
     for (int64_t b = 0; b < w.rows * blocks; ++b) {
       const uint8_t* block = src + b * block_bytes(type_);
       w.scales[static_cast<size_t>(b)] =
@@ -77,7 +114,9 @@ class GgufLinear : public KernelLinear {
   }
 
  private:
-  std::string name() const { return type_ == GgufIntType::Q4_0 ? "Q4_0" : "Q8_0"; }
+  std::string name() const {
+    return type_ == GgufIntType::Q4_0 ? "Q4_0" : type_ == GgufIntType::Q6_K ? "Q6_K" : "Q8_0";
+  }
   GgufIntType type_;
 };
 
@@ -99,9 +138,11 @@ class GgufConfig : public QuantizationConfig {
         c->modules_.emplace(prefix, GgufIntType::Q4_0);
       } else if (t == "Q8_0") {
         c->modules_.emplace(prefix, GgufIntType::Q8_0);
+      } else if (t == "Q6_K") {
+        c->modules_.emplace(prefix, GgufIntType::Q6_K);
       } else {
         throw InvalidArgument(where + ".modules." + prefix + ": GGUF type " + t +
-                              " does not run on the int kernels (Q4_0, Q8_0)");
+                              " does not run on the int kernels (Q4_0, Q8_0, Q6_K)");
       }
     }
     return c;
@@ -112,8 +153,9 @@ class GgufConfig : public QuantizationConfig {
     d.name = "gguf";
     d.summary =
         "llama.cpp GGUF files, chosen by the model path (MODEL.gguf), not by "
-        "quantization_config: Q4_0 / Q8_0 projections on the int kernels (W4A16 / W8A16, group "
-        "32), every other tensor type decoded at load as gguf-py does";
+        "quantization_config: Q4_0 / Q8_0 / Q6_K projections and LM head on the int kernels "
+        "(W4A16 / W8A16 group 32, 6-bit group 16), every other tensor type decoded at load as "
+        "gguf-py does";
     d.min_capability = 60;  // vLLM's GGUFConfig
     d.act_dtypes = {DType::F32, DType::F16, DType::BF16};
     d.layers = {LayerKind::Linear, LayerKind::LmHead, LayerKind::Embedding};
@@ -124,7 +166,7 @@ class GgufConfig : public QuantizationConfig {
     decode.name = "gguf_decode";
     decode.isa = KernelSpec::Isa::Portable;
     decode.implements =
-        "Q4_1/Q5_0/Q5_1, Q2_K..Q6_K (and embeddings) decoded at load to f32 (or --dtype bf16 / "
+        "Q4_1/Q5_0/Q5_1, Q2_K..Q5_K (and embeddings) decoded at load to f32 (or --dtype bf16 / "
         "f16), dense matmul";
     d.kernels.push_back(decode);
     add_gpu_kernels(d);

@@ -163,11 +163,13 @@ int check_all_kernels(const Problem& p) {
     // The bf16-dot kernel rounds x only on its streaming path of 2..4-bit weights, and only for
     // the few rows of x where that path is the faster one (a dispatch detail this test does not
     // pin): its results must meet one of the two bounds, each tight against its own reference.
-    const bool bf16_kernel = kernel == Wna16Kernel::AVX512_BF16DOT && s.bits <= 4;
+    // The group-16 layout's kernel (5..6 bits, groups of 16) rounds x on every path.
+    const bool g16 = std::string(packed->kernel_name()) == "wna16_g16_avx512_bf16dot";
+    const bool bf16_kernel = kernel == Wna16Kernel::AVX512_BF16DOT && (s.bits <= 4 || g16);
     for (MatmulPath path : {MatmulPath::AUTO, MatmulPath::STREAMING, MatmulPath::BLOCKED}) {
       std::vector<float> y(p.y_ref.size(), std::nanf(""));
       cpu::matmul_wna16_with(path, p.x.data(), p.m, *packed, bias, y.data());
-      const bool maybe_bf16 = bf16_kernel && path != MatmulPath::BLOCKED;
+      const bool maybe_bf16 = bf16_kernel && (path != MatmulPath::BLOCKED || g16);
       for (size_t o = 0; o < y.size(); ++o) {
         const double b = bias ? std::fabs(bias[o % static_cast<size_t>(s.rows)]) : 0.0;
         double tolerance = 2.0 * gamma(padded_k + 1) * (p.magnitude[o] + b);
@@ -231,6 +233,33 @@ TEST(Wna16Test, KernelsMatchReferenceOnLargerShapes) {
     }
   }
   EXPECT_EQ(failures, 0);
+}
+
+// 6- and 5-bit symmetric weights in groups of 16 (llama.cpp's Q6_K) take their own layout on
+// AVX512_BF16 CPUs (wna16_g16.h): k a multiple of 64 or not (the last unit padded), k below one
+// unit, n below and across the 16-row blocks and the threads' shares, m across the 4-row passes.
+TEST(Wna16Test, Group16LayoutMatchesReference) {
+  Rng rng(20261201);
+  struct Dims {
+    int64_t rows, cols;
+  };
+  const Dims dims[] = {{37, 256}, {5, 80}, {1, 16}, {300, 1024}, {17, 336}};
+  int failures = 0, problems = 0;
+  for (int bits : {6, 5}) {
+    for (const Dims& d : dims) {
+      for (int64_t m : {1, 2, 3, 4, 5, 9, 33}) {
+        const Shape shape{bits, d.rows, d.cols, 16, false, false};
+        failures += check_all_kernels(make_problem(shape, m, (problems++ % 2) == 1, rng));
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << "over " << problems << " problems";
+  if (cpu::wna16_kernel_supported(Wna16Kernel::AVX512_BF16DOT)) {
+    Rng one(1);
+    const IntWeights w = random_weights({6, 8, 64, 16, false, false}, one);
+    EXPECT_STREQ(pack_wna16(w)->kernel_name(), "wna16_g16_avx512_bf16dot");
+    EXPECT_EQ(pack_wna16(w)->bytes(), size_t{8 * 64});  // one byte per weight, scales included
+  }
 }
 
 TEST(Wna16Test, EmptyShapes) {

@@ -1,0 +1,63 @@
+// Internal to the CPU weight-only integer matmul (wna16_matmul.h): 5..6-bit symmetric codes in
+// groups of 16 columns, the arithmetic of llama.cpp's Q6_K (w = d·sc_g·(q - 32), 16 columns per
+// int8 sub-scale sc_g). The general layout (wna16_kernels.h) pads every group to 32 columns and
+// stores 5..8-bit codes in whole bytes: 2.25 bytes per weight here, more than bf16. This layout
+// keeps one byte per weight, scales included, for an LM head that llama.cpp's Q4_0 / Q8_0 files
+// store in Q6_K (0.26 GB per token on Llama-3.2-1B instead of 0.53 GB decoded to bf16).
+//
+// Layout: row after row; a row is cols / 64 units of 64 bytes (one cache line), unit u holding
+// columns 64u .. 64u + 63 (cols is padded to a multiple of 64 with zero scales):
+//   bytes  0..15  four fp32 scales, of the groups 4u .. 4u + 3
+//   bytes 16..47  lo[j] = (q[j] & 15) | (q[j + 32] & 15) << 4              (j < 32)
+//   bytes 48..63  hi[j] = q[j] >> 4 | (q[j + 16] >> 4) << 2 | (q[j + 32] >> 4) << 4
+//                         | (q[j + 48] >> 4) << 6                            (j < 16)
+// so that zero-extending lo and hi to 16-bit lanes and one select per half puts each column's
+// 6-bit code in the low bits of its own lane, in column order, ready for a 64-entry table lookup
+// (vpermt2w) that yields bf16(q - z0) (wna16_g16_avx512.cc).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/wna16_matmul.h"
+
+namespace lowbit::kernels::cpu::detail {
+
+constexpr int64_t kG16UnitCols = 64;
+constexpr int64_t kG16UnitBytes = 64;
+
+// Whether these weights take this layout: 5 or 6 bits, groups of 16, symmetric, no g_idx, and a
+// CPU with AVX512_BF16 (the only kernel for it).
+bool wna16_g16_applies(const IntWeights& w);
+
+class Wna16G16Cpu final : public Wna16Packed {
+ public:
+  explicit Wna16G16Cpu(const IntWeights& w);  // throws InvalidArgument as pack_wna16 does
+  int64_t rows() const override { return rows_; }
+  int64_t cols() const override { return cols_; }
+  const char* kernel_name() const override { return "wna16_g16_avx512_bf16dot"; }
+  size_t bytes() const override { return data_.size(); }
+  // y = bf16(x) · Wᵀ (+ bias) for any m: x rounded to bf16 (nearest even), products exact in
+  // fp32, one scale product per group of 16, fp32 sums.
+  void matmul(const float* x, int64_t m, const float* bias, float* y) const;
+
+ private:
+  int64_t rows_ = 0, cols_ = 0, units_ = 0;
+  int zero_ = 32;  // 2^(bits - 1)
+  std::vector<uint8_t> data_;
+};
+
+// The ISA entry point: output rows [row_begin, row_end) for all m rows of xb (bf16, each row
+// units · 64 values, zero-padded).
+struct Wna16G16Args {
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, units = 0;
+  int zero = 32;
+  const uint16_t* xb = nullptr;
+  int64_t m = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+void wna16_g16_rows_avx512(const Wna16G16Args& a, int64_t row_begin, int64_t row_end);
+
+}  // namespace lowbit::kernels::cpu::detail
