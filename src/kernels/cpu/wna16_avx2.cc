@@ -51,7 +51,7 @@ void sub_tile(const Wna16Layout& w, int64_t tile, int r0, const float* x, float*
     __m256 zero[kSub], scale[kSub];
     for (int s = 0; s < kSub; ++s) {
       zero[s] = _mm256_set1_ps(w.zeros ? static_cast<float>(w.zeros[at + s]) : w.default_zero);
-      scale[s] = _mm256_set1_ps(w.scales[at + s]);
+      scale[s] = _mm256_set1_ps(w.scales_f16 ? _cvtsh_ss(w.scales_f16[at + s]) : w.scales[at + s]);
     }
     for (int64_t cb = w.group_blocks[g]; cb < w.group_blocks[g + 1]; ++cb) {
       const uint8_t* codes = w.codes + ((tile * w.col_blocks + cb) * kRows + r0) * w.block_bytes;

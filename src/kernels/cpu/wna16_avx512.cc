@@ -37,16 +37,21 @@ const uint8_t* block_codes(const Wna16Layout& w, int64_t tile, int64_t cb) {
   return w.codes + (tile * w.col_blocks + cb) * kRows * w.block_bytes;
 }
 
+// Scale i of the packed layout, stored as fp32 or fp16 (wna16_kernels.h).
+float scale_at(const Wna16Layout& w, int64_t i) {
+  return w.scales_f16 ? _cvtsh_ss(w.scales_f16[i]) : w.scales[i];
+}
+
 // Per-row dequantization constants of (tile, group): zero and scale of each of the 8 rows.
 struct GroupParams {
   float zero[kRows];
   float scale[kRows];
   GroupParams(const Wna16Layout& w, int64_t tile, int64_t g) {
-    const float* s = w.scales + (tile * w.groups + g) * kRows;
-    const uint8_t* z = w.zeros ? w.zeros + (tile * w.groups + g) * kRows : nullptr;
+    const int64_t at = (tile * w.groups + g) * kRows;
+    const uint8_t* z = w.zeros ? w.zeros + at : nullptr;
     for (int r = 0; r < kRows; ++r) {
       zero[r] = z ? static_cast<float>(z[r]) : w.default_zero;
-      scale[r] = s[r];
+      scale[r] = scale_at(w, at + r);
     }
   }
 };
@@ -214,7 +219,7 @@ void decode_block(const Wna16Layout& w, int64_t row, int64_t cb, __m512& lo, __m
   const int r = static_cast<int>(row % kRows);
   const int64_t at = (tile * w.groups + w.block_group[cb]) * kRows + r;
   const float zero = w.zeros ? static_cast<float>(w.zeros[at]) : w.default_zero;
-  const float scale = w.scales[at];
+  const float scale = scale_at(w, at);
   const uint8_t* codes = block_codes(w, tile, cb) + r * w.block_bytes;
   if (w.nibbles) {
     decode_nibbles(codes, nibble_table(zero, scale), lo, hi);

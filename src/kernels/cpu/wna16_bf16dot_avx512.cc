@@ -112,8 +112,10 @@ void tile_dot(const Wna16Args& a, int64_t tile, int64_t i0, const uint8_t* next,
         }
       }
     }
-    const float* s = w.scales + (tile * w.groups + g) * kRows;
-    const __m512 s8 = _mm512_castps256_ps512(_mm256_loadu_ps(s));
+    const int64_t at = (tile * w.groups + g) * kRows;
+    const __m256 s8_256 = w.scales_f16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales_f16 + at)))
+                                       : _mm256_loadu_ps(w.scales + at);
+    const __m512 s8 = _mm512_castps256_ps512(s8_256);
 #pragma GCC unroll 4
     for (int p = 0; p < kPairs; ++p) {
       // Lanes 0-7: scale of row 2p, lanes 8-15: of row 2p + 1.

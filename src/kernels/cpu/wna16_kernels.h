@@ -14,6 +14,9 @@
 // ready for a 16-entry table lookup) and 32 for 5..8 bits (byte b = column b).
 // Scales and zero points are tiled the same way, 8 rows per (tile, group):
 //   scales[(tile · groups + g) · 8 + r] (fp32), zeros[(tile · groups + g) · 8 + r] (u8).
+// When every scale is exactly an fp16 number (GGUF's Q4_0 / Q8_0 d; compressed-tensors' bf16
+// scales in fp16's range), they are kept as fp16 instead (scales_f16, same index; scales null):
+// the same values, and 10 % fewer bytes for a decode step of group-32 weights.
 // Padding rows have scale 0; padding columns have code 0 and meet x = 0.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/float_convert.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/wna16_matmul.h"
 
@@ -43,7 +47,8 @@ struct Wna16Layout {
   int64_t groups = 0;
   float default_zero = 8;    // 2^(bits-1), the zero when `zeros` is null
   const uint8_t* codes = nullptr;
-  const float* scales = nullptr;
+  const float* scales = nullptr;           // fp32 scales, or null when scales_f16 holds them
+  const uint16_t* scales_f16 = nullptr;    // the same scales as fp16 bit patterns
   const uint8_t* zeros = nullptr;          // null: symmetric
   const int64_t* group_blocks = nullptr;   // [groups + 1]: first column block of each group
   const int32_t* block_group = nullptr;    // [col_blocks]: group of each column block
@@ -53,8 +58,9 @@ struct Wna16Layout {
   const uint8_t* block(int64_t tile, int64_t cb) const {
     return codes + (tile * col_blocks + cb) * kWna16TileRows * block_bytes;
   }
-  const float* tile_scales(int64_t tile, int64_t g) const {
-    return scales + (tile * groups + g) * kWna16TileRows;
+  float scale(int64_t tile, int64_t g, int r) const {
+    const int64_t i = (tile * groups + g) * kWna16TileRows + r;
+    return scales_f16 ? f16_to_f32(scales_f16[i]) : scales[i];
   }
   const uint8_t* tile_zeros(int64_t tile, int64_t g) const {
     return zeros ? zeros + (tile * groups + g) * kWna16TileRows : nullptr;
@@ -83,6 +89,7 @@ class Wna16PackedCpu final : public Wna16Packed {
   Wna16Layout layout_;
   std::vector<uint8_t> codes_;
   std::vector<float> scales_;
+  std::vector<uint16_t> scales_f16_;
   std::vector<uint8_t> zeros_;
   std::vector<int64_t> group_blocks_;
   std::vector<int32_t> block_group_;

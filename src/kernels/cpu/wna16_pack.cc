@@ -1,5 +1,6 @@
 // pack_wna16: checks an IntWeights and repacks it into the tiled layout of wna16_kernels.h.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -78,7 +79,8 @@ Wna16PackedCpu::Wna16PackedCpu(Wna16Kernel kernel, const IntWeights& w) : kernel
   pack_scales(w);
   if (identity) column_of_.clear();  // columns already in order; padding (if any) at the end
   L.codes = codes_.data();
-  L.scales = scales_.data();
+  L.scales = scales_.empty() ? nullptr : scales_.data();
+  L.scales_f16 = scales_f16_.empty() ? nullptr : scales_f16_.data();
   L.zeros = zeros_.empty() ? nullptr : zeros_.data();
   L.group_blocks = group_blocks_.data();
   L.block_group = block_group_.data();
@@ -148,10 +150,21 @@ void Wna16PackedCpu::pack_scales(const IntWeights& w) {
       if (!zeros_.empty()) zeros_[dst] = w.zeros[static_cast<size_t>(row * L.groups + g)];
     }
   }
+  // fp16 when that loses nothing (the kernels then convert with vcvtph2ps).
+  const bool exact = std::all_of(scales_.begin(), scales_.end(), [](float s) {
+    return std::isfinite(s) && f16_to_f32(f32_to_f16(s)) == s;
+  });
+  if (exact) {
+    scales_f16_.resize(scales_.size());
+    std::transform(scales_.begin(), scales_.end(), scales_f16_.begin(), f32_to_f16);
+    scales_.clear();
+    scales_.shrink_to_fit();
+  }
 }
 
 size_t Wna16PackedCpu::bytes() const {
-  return sizeof(*this) + codes_.size() + scales_.size() * sizeof(float) + zeros_.size() +
+  return sizeof(*this) + codes_.size() + scales_.size() * sizeof(float) +
+         scales_f16_.size() * sizeof(uint16_t) + zeros_.size() +
          group_blocks_.size() * sizeof(int64_t) + (block_group_.size() + column_of_.size()) * sizeof(int32_t);
 }
 

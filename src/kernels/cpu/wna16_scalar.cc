@@ -16,7 +16,7 @@ void wna16_decode_row(const Wna16Layout& w, int64_t row, int64_t c0, int64_t c1,
   const int r = static_cast<int>(row % kWna16TileRows);
   for (int64_t cb = c0 / kWna16BlockCols; cb < c1 / kWna16BlockCols; ++cb) {
     const int32_t g = w.block_group[cb];
-    const float scale = w.tile_scales(tile, g)[r];
+    const float scale = w.scale(tile, g, r);
     const uint8_t* zeros = w.tile_zeros(tile, g);
     const float zero = zeros ? static_cast<float>(zeros[r]) : w.default_zero;
     const uint8_t* codes = w.block(tile, cb) + r * w.block_bytes;

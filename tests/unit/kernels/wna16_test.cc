@@ -105,11 +105,16 @@ struct Problem {
   std::vector<double> magnitude, magnitude_fold;
 };
 
-Problem make_problem(const Shape& shape, int64_t m, bool with_bias, Rng& rng) {
+// fp16_scales: every scale rounded to an fp16 number (which the packing then stores as fp16).
+Problem make_problem(const Shape& shape, int64_t m, bool with_bias, Rng& rng,
+                     bool fp16_scales = false) {
   Problem p;
   p.shape = shape;
   p.m = m;
   p.w = random_weights(shape, rng);
+  if (fp16_scales) {
+    for (float& v : p.w.scales) v = f16_to_f32(f32_to_f16(v));
+  }
   p.x.resize(static_cast<size_t>(m * shape.cols));
   for (float& v : p.x) v = rng.signed_value();
   p.x_bf16 = p.x;
@@ -260,6 +265,30 @@ TEST(Wna16Test, Group16LayoutMatchesReference) {
     EXPECT_STREQ(pack_wna16(w)->kernel_name(), "wna16_g16_avx512_bf16dot");
     EXPECT_EQ(pack_wna16(w)->bytes(), size_t{8 * 64});  // one byte per weight, scales included
   }
+}
+
+// Scales that are exact fp16 numbers (GGUF's d, compressed-tensors' bf16 scales) are packed as
+// fp16 (wna16_kernels.h): every kernel and path must give the same results as with fp32 scales,
+// and the packed form must be smaller.
+TEST(Wna16Test, Fp16ScalesMatchReference) {
+  Rng rng(16);
+  int failures = 0, problems = 0;
+  for (int bits : {4, 8, 3}) {
+    for (const Shape& shape : {Shape{bits, 37, 296, 32, false, false}, Shape{bits, 13, 256, 128, true, false},
+                               Shape{bits, 9, 200, 0, false, false}, Shape{bits, 21, 320, 64, bits == 4, true}}) {
+      for (int64_t m : {1, 2, 5, 40}) {
+        failures += check_all_kernels(make_problem(shape, m, (problems++ % 2) == 0, rng, true));
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << "over " << problems << " problems";
+  Rng one(2);
+  IntWeights w = random_weights({4, 64, 256, 32, false, false}, one);
+  for (float& v : w.scales) v = f16_to_f32(f32_to_f16(v));
+  const size_t fp16_bytes = pack_wna16(w)->bytes();
+  w.scales[0] = std::nextafter(w.scales[0], 1.0f);  // one scale fp16 cannot hold: all stay fp32
+  const size_t fp32_bytes = pack_wna16(w)->bytes();
+  EXPECT_EQ(fp32_bytes - fp16_bytes, w.scales.size() * 2) << "fp16 scales save 2 bytes each";
 }
 
 TEST(Wna16Test, EmptyShapes) {
