@@ -1,9 +1,10 @@
 // libFuzzer target: the quantization methods' own validation of checkpoint tensors. The first byte
 // picks a method and scheme (GPTQ v1 / v2 with and without desc_act, AWQ, vLLM fp8 per-tensor and
-// block, compressed-tensors W4A16 / W8A8 / FP8); every declared tensor gets the declared dtype and
-// shape (what the loader guarantees) and contents taken from the input — codes, zero points and
-// g_idx out of range, NaN and infinite scales. process_weights_after_loading must accept them or
-// throw a lowbit::Error; accepted layers must run apply() and dequantized_weight() cleanly.
+// block, compressed-tensors W4A16 / W8A8 / FP8, GGUF Q4_0 / Q8_0 / Q6_K blocks); every declared
+// tensor gets the declared dtype and shape (what the loader guarantees) and contents taken from
+// the input — codes, zero points and g_idx out of range, NaN and infinite scales.
+// process_weights_after_loading must accept them or throw a lowbit::Error; accepted layers must
+// run apply() and dequantized_weight() cleanly.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -40,9 +41,14 @@ const Case kCases[] = {
     {"compressed-tensors", R"({"format": "float-quantized", "config_groups": {"g": {"targets": ["Linear"],
         "weights": {"num_bits": 8, "type": "float", "symmetric": true, "strategy": "tensor"},
         "input_activations": {"num_bits": 8, "type": "float", "symmetric": true, "strategy": "tensor", "dynamic": false}}}})"},
+    // GGUF blocks as the model loader hands them over (qweight: raw Q4_0 / Q8_0 / Q6_K blocks).
+    {"gguf", R"({"modules": {"model.layers.0.mlp.down_proj": "Q4_0"}})"},
+    {"gguf", R"({"modules": {"model.layers.0.mlp.down_proj": "Q8_0"}})"},
+    {"gguf", R"({"modules": {"model.layers.0.mlp.down_proj": "Q6_K"}})"},
 };
 
-constexpr int64_t kIn = 64, kOut = 32;
+// 256 input features: one Q6_K super-block per row.
+constexpr int64_t kIn = 256, kOut = 32;
 
 // Shapes compressed-tensors declares loosely ({}), as the schemes above store them.
 Shape ct_shape(const std::string& name, size_t c) {
