@@ -135,7 +135,8 @@ void add_quantize_command(CLI::App& app, CommandList& commands) {
   cmd->add_option("--smoothquant", o->smoothquant,
                   "Run SmoothQuant first with this smoothing strength (0.8 for W8A8)");
   cmd->add_option("--ignore", o->flags.ignore,
-                  "Modules left unquantized (exact names or re:regex)")
+                  "Modules left unquantized (exact names or re:regex); --ignore \"\" quantizes "
+                  "lm_head too (a tied one is untied, as llm-compressor does)")
       ->capture_default_str();
   cmd->add_option("--targets", o->flags.targets, "What to quantize (class name, names, re:regex)")
       ->capture_default_str();

@@ -67,6 +67,25 @@ TEST(QuantizeCliTest, TargetsThatMatchNothing) {
                  {"re:.*nothing$"});
 }
 
+// `--ignore ""` on a tied model: nothing ignored, lm_head untied and quantized (the checkpoint
+// itself is compared with llm-compressor's in LlmCompressorRtnTest.TiedLmHead); the recipe says
+// `ignore: []` as llm-compressor's does, and the result loads and generates.
+TEST(QuantizeCliTest, EmptyIgnoreQuantizesATiedLmHead) {
+  const fs::path out = scratch_dir("tied-head");
+  const fs::path tied = repo_path("tests/golden/arch/llama3-ropescaled-tied");
+  CliResult r = run_lowbit("quantize " + quoted(tied) + " -o " + quoted(out) +
+                           " --scheme W4A16 --algo rtn --ignore '' --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("untying it"), std::string::npos) << r.output;
+  std::ifstream recipe(out / "recipe.yaml");
+  const std::string text((std::istreambuf_iterator<char>(recipe)), {});
+  EXPECT_NE(text.find("ignore: []"), std::string::npos) << text;
+  std::ifstream config(out / "config.json");
+  EXPECT_EQ(nlohmann::json::parse(config).at("tie_word_embeddings"), false);
+  r = run_lowbit("generate " + quoted(out) + " --prompt-ids 1,2,3 -n 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(QuantizeCliTest, GroupSizeNotDividingTheInputDim) {
   const fs::path out = scratch_dir("group-size");
   const fs::path recipe = out.string() + "-recipe.yaml";

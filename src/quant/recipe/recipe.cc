@@ -63,7 +63,10 @@ QuantizationFields quantization_from_flags(const QuantizeFlags& f) {
   }
   QuantizationFields q;
   q.targets = f.targets;
-  q.ignore = f.ignore;
+  // `--ignore ""` is how a shell says "an empty list": nothing left out, lm_head included.
+  for (const std::string& entry : f.ignore) {
+    if (!entry.empty()) q.ignore.push_back(entry);
+  }
   if (upper(f.scheme) == "W4A8_CHANNEL") {
     // A lowbit-only preset name: written out as its config group so that llm-compressor (and
     // anyone reading recipe.yaml) gets the scheme itself.
