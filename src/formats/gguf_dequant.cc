@@ -147,22 +147,12 @@ void decode_q45_k(const uint8_t* b, float* y, bool five_bits) {
 void decode_q4_k(const uint8_t* b, float* y) { decode_q45_k(b, y, false); }
 void decode_q5_k(const uint8_t* b, float* y) { decode_q45_k(b, y, true); }
 
-// Q6_K: in each half h = e / 128 (r = e % 128), the low 4 bits are nibble r / 64 of
-// ql[64 h + r % 64], the high 2 bits are field r / 32 of qh[32 h + e % 32]; bias 32; group
-// e / 16 has scale d * scales[g] (int8).
+// Q6_K: codes and group scales from q6_k_codes (below), bias 32.
 void decode_q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
-  const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = fp16_at(b + 208);
-  for (int e = 0; e < kQK; ++e) {
-    const int h = e / 128;
-    const int r = e % 128;
-    const int low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
-    const int high = (qh[32 * h + e % 32] >> (2 * (r / 32))) & 3;
-    const float dl = d * static_cast<float>(scales[e / 16]);
-    y[e] = dl * static_cast<float>((low | (high << 4)) - 32);
-  }
+  uint8_t codes[kQK];
+  float scales[kQK / 16];
+  q6_k_codes(b, codes, scales);
+  for (int e = 0; e < kQK; ++e) y[e] = scales[e / 16] * static_cast<float>(codes[e] - 32);
 }
 
 void decode_f32(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
@@ -207,6 +197,24 @@ BlockDecoder decoder_for(GgmlType type) {
 }
 
 }  // namespace
+
+// Q6_K: in each half h = e / 128 (r = e % 128), the low 4 bits are nibble r / 64 of
+// ql[64 h + r % 64], the high 2 bits are field r / 32 of qh[32 h + e % 32]; group e / 16 has
+// scale d * scales[g] (int8).
+void q6_k_codes(const uint8_t* block, uint8_t* codes, float* scales) {
+  const uint8_t* ql = block;
+  const uint8_t* qh = block + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = fp16_at(block + 208);
+  for (int e = 0; e < kQK; ++e) {
+    const int h = e / 128;
+    const int r = e % 128;
+    const int low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
+    const int high = (qh[32 * h + e % 32] >> (2 * (r / 32))) & 3;
+    codes[e] = static_cast<uint8_t>(low | (high << 4));
+  }
+  for (int g = 0; g < kQK / 16; ++g) scales[g] = d * static_cast<float>(sc[g]);
+}
 
 bool gguf_can_dequantize(GgmlType type) { return decoder_for(type) != nullptr; }
 

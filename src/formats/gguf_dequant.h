@@ -37,6 +37,11 @@ bool gguf_can_dequantize(GgmlType type);
 // here and InvalidArgument on a size mismatch.
 void dequantize_gguf(GgmlType type, std::span<const uint8_t> data, std::span<float> out);
 
+// One Q6_K super-block (210 bytes) as its 256 codes q in [0, 64), element order, and its 16 group
+// scales d · scales[g] (exact in fp32): element e is scales[e / 16] · (q[e] - 32). The float
+// decoder and the int kernels' loader (quant/methods/gguf.cc) both read blocks through this.
+void q6_k_codes(const uint8_t* block, uint8_t* codes, float* scales);
+
 // A tensor of `file` decoded into a new F32 Tensor of shape info.shape() (row-major).
 // Errors name the file and the tensor.
 Tensor dequantize_gguf_tensor(const GgufFile& file, const GgufTensorInfo& info);

@@ -151,6 +151,28 @@ void run_streaming(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int
   });
 }
 
+// The group-16 layout (wna16_g16.h): x rounded to bf16 and zero-padded to whole units, rows
+// split between threads as run_streaming splits tiles.
+void run_g16(const detail::Wna16G16Cpu& w, const float* x, int64_t m, const float* bias,
+             float* y) {
+  detail::Wna16G16Args a = w.args();
+  const int64_t kp = a.units * detail::kG16UnitCols;
+  auto* xb = reinterpret_cast<uint16_t*>(detail::thread_scratch(2, static_cast<size_t>((m * kp + 1) / 2)));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < w.cols(); ++c) xb[i * kp + c] = f32_to_bf16(x[i * w.cols() + c]);
+    std::fill(xb + i * kp + w.cols(), xb + (i + 1) * kp, uint16_t{0});
+  }
+  a.xb = xb;
+  a.m = m;
+  a.bias = bias;
+  a.y = y;
+  const int threads = detail::matmul_thread_count(m, a.rows, kp);
+  parallel(threads, [&](int t, int count) {
+    const detail::Range part = detail::split_range(a.rows, count, t, 16);  // 16 rows: a line of y
+    detail::wna16_g16_rows_avx512(a, part.begin, part.end);
+  });
+}
+
 void run_blocked(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64_t m,
                  const float* bias, float* y) {
   detail::MatmulArgs args;
@@ -241,14 +263,13 @@ std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const Int
 
 void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Packed& packed,
                        const float* bias, float* y) {
+  LOWBIT_CHECK(m >= 0, "matmul_wna16: m = " + std::to_string(m) + " is negative");
   if (const auto* g16 = dynamic_cast<const detail::Wna16G16Cpu*>(&packed)) {
-    LOWBIT_CHECK(m >= 0, "matmul_wna16: m = " + std::to_string(m) + " is negative");
-    if (m > 0 && g16->rows() > 0) g16->matmul(x, m, bias, y);  // one kernel for every m
+    if (m > 0 && g16->rows() > 0) run_g16(*g16, x, m, bias, y);  // one kernel for every m
     return;
   }
   const detail::Wna16PackedCpu& p = cpu_packed(packed);
   const Wna16Layout& w = p.layout();
-  LOWBIT_CHECK(m >= 0, "matmul_wna16: m = " + std::to_string(m) + " is negative");
   if (m == 0 || w.rows == 0) return;
   LOWBIT_CHECK(y != nullptr && (x != nullptr || w.cols == 0),
                "matmul_wna16: null x or y for weights " + std::to_string(w.rows) + "x" +

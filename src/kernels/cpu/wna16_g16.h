@@ -26,29 +26,8 @@ namespace lowbit::kernels::cpu::detail {
 constexpr int64_t kG16UnitCols = 64;
 constexpr int64_t kG16UnitBytes = 64;
 
-// Whether these weights take this layout: 5 or 6 bits, groups of 16, symmetric, no g_idx, and a
-// CPU with AVX512_BF16 (the only kernel for it).
-bool wna16_g16_applies(const IntWeights& w);
-
-class Wna16G16Cpu final : public Wna16Packed {
- public:
-  explicit Wna16G16Cpu(const IntWeights& w);  // throws InvalidArgument as pack_wna16 does
-  int64_t rows() const override { return rows_; }
-  int64_t cols() const override { return cols_; }
-  const char* kernel_name() const override { return "wna16_g16_avx512_bf16dot"; }
-  size_t bytes() const override { return data_.size(); }
-  // y = bf16(x) · Wᵀ (+ bias) for any m: x rounded to bf16 (nearest even), products exact in
-  // fp32, one scale product per group of 16, fp32 sums.
-  void matmul(const float* x, int64_t m, const float* bias, float* y) const;
-
- private:
-  int64_t rows_ = 0, cols_ = 0, units_ = 0;
-  int zero_ = 32;  // 2^(bits - 1)
-  std::vector<uint8_t> data_;
-};
-
-// The ISA entry point: output rows [row_begin, row_end) for all m rows of xb (bf16, each row
-// units · 64 values, zero-padded).
+// The ISA entry point's arguments: output rows [row_begin, row_end) for all m rows of xb (bf16,
+// each row units · 64 values, zero-padded).
 struct Wna16G16Args {
   const uint8_t* data = nullptr;
   int64_t rows = 0, units = 0;
@@ -59,5 +38,28 @@ struct Wna16G16Args {
   float* y = nullptr;
 };
 void wna16_g16_rows_avx512(const Wna16G16Args& a, int64_t row_begin, int64_t row_end);
+
+// Whether these weights take this layout: 5 or 6 bits, groups of 16, symmetric, no g_idx. Its
+// only kernel needs AVX512_BF16: pack_wna16_with uses it for the AVX512_BF16DOT kernel only.
+bool wna16_g16_applies(const IntWeights& w);
+
+class Wna16G16Cpu final : public Wna16Packed {
+ public:
+  explicit Wna16G16Cpu(const IntWeights& w);  // throws InvalidArgument as pack_wna16 does
+  int64_t rows() const override { return rows_; }
+  int64_t cols() const override { return cols_; }
+  const char* kernel_name() const override { return "wna16_g16_avx512_bf16dot"; }
+  size_t bytes() const override { return data_.size(); }
+  // The packed weights for wna16_g16_rows_avx512 (x, m, bias and y left for the caller):
+  // y = bf16(x) · Wᵀ (+ bias) for any m, products exact in fp32, one scale product per group of
+  // 16, fp32 sums (run by matmul_wna16, wna16_dispatch.cc).
+  Wna16G16Args args() const { return {data_.data(), rows_, units_, zero_}; }
+
+ private:
+  int64_t rows_ = 0, cols_ = 0, units_ = 0;
+  int zero_ = 32;  // 2^(bits - 1)
+  std::vector<uint8_t> data_;
+};
+
 
 }  // namespace lowbit::kernels::cpu::detail

@@ -1,11 +1,6 @@
-// The group-16 layout of wna16_g16.h: packing and the call (x to bf16, rows split between threads).
-#include <omp.h>
-
+// The group-16 layout of wna16_g16.h: which weights take it, and packing them.
 #include <algorithm>
 
-#include "core/float_convert.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/wna16_g16.h"
 #include "kernels/cpu/wna16_kernels.h"
 #include "lowbit/error.h"
@@ -13,9 +8,7 @@
 namespace lowbit::kernels::cpu::detail {
 
 bool wna16_g16_applies(const IntWeights& w) {
-  const CpuFeatures& f = cpu_features();
-  return f.has_avx512_kernels() && f.avx512bf16 && (w.bits == 5 || w.bits == 6) &&
-         w.group_size == 16 && w.zeros.empty() && w.g_idx.empty();
+  return (w.bits == 5 || w.bits == 6) && w.group_size == 16 && w.zeros.empty() && w.g_idx.empty();
 }
 
 Wna16G16Cpu::Wna16G16Cpu(const IntWeights& w) {
@@ -49,35 +42,6 @@ Wna16G16Cpu::Wna16G16Cpu(const IntWeights& w) {
                                             (q[j + 32] >> 4) << 4 | (q[j + 48] >> 4) << 6);
       }
     }
-  }
-}
-
-void Wna16G16Cpu::matmul(const float* x, int64_t m, const float* bias, float* y) const {
-  const int64_t kp = units_ * kG16UnitCols;
-  auto* xb = reinterpret_cast<uint16_t*>(thread_scratch(2, static_cast<size_t>((m * kp + 1) / 2)));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t c = 0; c < cols_; ++c) xb[i * kp + c] = f32_to_bf16(x[i * cols_ + c]);
-    std::fill(xb + i * kp + cols_, xb + (i + 1) * kp, uint16_t{0});
-  }
-  Wna16G16Args a;
-  a.data = data_.data();
-  a.rows = rows_;
-  a.units = units_;
-  a.zero = zero_;
-  a.xb = xb;
-  a.m = m;
-  a.bias = bias;
-  a.y = y;
-  const int threads = matmul_thread_count(m, rows_, kp);
-  if (threads <= 1) {
-    wna16_g16_rows_avx512(a, 0, rows_);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    // 16 rows = one 64-byte line of y: threads never share a line they write.
-    const Range part = split_range(rows_, omp_get_num_threads(), omp_get_thread_num(), 16);
-    wna16_g16_rows_avx512(a, part.begin, part.end);
   }
 }
 

@@ -11,7 +11,7 @@
 //         w = (q - 8) * d   → bits 4, group 32, code q, implicit zero 8, scale float(d)
 //   Q8_0, 34-byte blocks of 32: fp16 d, int8 qs[32]; w = q * d
 //         → bits 8, group 32, code q + 128, implicit zero 128, scale float(d)
-//   Q6_K, 210-byte super-blocks of 256 (q6_k_block below): w = d * sc[g] * (q - 32)
+//   Q6_K, 210-byte super-blocks of 256 (formats::q6_k_codes): w = d * sc[g] * (q - 32)
 //         → bits 6, group 16, code q, implicit zero 32, scale d * sc[g] (exact)
 // (code - zero) * scale is the exact product gguf-py's dequantize computes, so the wna16 kernels
 // (W4A16 / W8A16 on the GPU) run the file's own numbers; Q6_K takes the CPU's group-16 layout
@@ -21,6 +21,7 @@
 #include <map>
 
 #include "core/float_convert.h"
+#include "formats/gguf_dequant.h"
 #include "lowbit/error.h"
 #include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
@@ -40,23 +41,6 @@ int64_t block_bytes(GgufIntType t) {
   return 0;
 }
 
-// One Q6_K super-block (ggml's block_q6_K: ql[128], qh[64], int8 scales[16], fp16 d) as codes
-// q in [0, 64) in element order and 16 scales d · scales[g]: element e's low 4 bits are nibble
-// (e % 128) / 64 of ql[64 h + e % 64], its high 2 bits field (e % 128) / 32 of qh[32 h + e % 32],
-// h = e / 128 (as formats/gguf_dequant.cc decodes it). d · scale is exact in fp32 (11 + 8 bits).
-void q6_k_block(const uint8_t* block, uint8_t* codes, float* scales) {
-  const uint8_t* ql = block;
-  const uint8_t* qh = block + 128;
-  const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
-  const float d = f16_to_f32(static_cast<uint16_t>(block[208] | (block[209] << 8)));
-  for (int e = 0; e < 256; ++e) {
-    const int h = e / 128, r = e % 128;
-    const int low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
-    const int high = (qh[32 * h + e % 32] >> (2 * (r / 32))) & 3;
-    codes[e] = static_cast<uint8_t>(low | high << 4);
-  }
-  for (int g = 0; g < 16; ++g) scales[g] = d * static_cast<float>(sc[g]);
-}
 
 class GgufLinear : public KernelLinear {
  public:
@@ -86,7 +70,8 @@ class GgufLinear : public KernelLinear {
     const auto* src = layer.get("qweight").data_as<const uint8_t>();
     if (type_ == GgufIntType::Q6_K) {  // rows are whole super-blocks: block b = r · cols / 256 + c / 256
       for (int64_t b = 0; b < w.rows * w.cols / 256; ++b) {
-        q6_k_block(src + b * block_bytes(type_), w.codes.data() + b * 256, w.scales.data() + b * 16);
+        formats::q6_k_codes(src + b * block_bytes(type_), w.codes.data() + b * 256,
+                            w.scales.data() + b * 16);
       }
       finish_int(layer, std::move(w), std::nullopt);
       return;
