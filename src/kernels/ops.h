@@ -65,9 +65,19 @@ struct KvPages {
   const float* v_blocks = nullptr;
   const int32_t* table = nullptr;
   int64_t block_size = 0;  // >= 1
+  // An fp8 cache instead of k_blocks / v_blocks (when k_codes is set): one byte per value in the
+  // same layout, value = fp8(code) · scale, the scale of the value's KV head (scale_count ==
+  // kv_heads) or of all heads (scale_count == 1); e4m3 codes, or e5m2.
+  const uint8_t* k_codes = nullptr;
+  const uint8_t* v_codes = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  int scale_count = 1;
+  bool e5m2 = false;
 };
 // attention() reading keys and values through `kv`. Bit-identical to attention() on the same
-// values laid out contiguously (attention() is this with one block), for any block size.
+// values laid out contiguously (attention() is this with one block), for any block size; with
+// fp8 codes, to attention() on the decoded values.
 void attention_paged(const float* q, const KvPages& kv, const AttentionShape& shape, float* out);
 
 // out[i] = table[ids[i]] * scale as fp32 (table [vocab, dim] in F32/F16/BF16). Ids must already be

@@ -19,6 +19,7 @@
 #include "kernels/ops.h"
 #include "lowbit/error.h"
 #include "models/layers/attention.h"
+#include "models/kv_cache_quant.h"
 #include "models/layers/mlp.h"
 #include "models/paged_kv_cache.h"
 #include "quant/scheme/quant_args.h"
@@ -65,6 +66,7 @@ struct Workspace {
   std::vector<float> branch;                  // attention / FFN output [M, hidden]
   std::vector<float> q;                       // [M, heads * head_dim]
   std::vector<float> k, v;                    // [M, kv_heads * head_dim]
+  std::vector<uint8_t> k_codes, v_codes;      // fp8 cache layers: the codes of k, v
   std::vector<float> context;                 // attention output [M, heads * head_dim]
   std::vector<float> cos, sin;                // [M, rotary_dim / 2]
   std::vector<float> head_in, head_out;       // gathered rows for the LM head, their logits
@@ -132,6 +134,14 @@ void check_batch(const Model& model, std::span<const BatchEntry> batch, const Kv
                           " layers, rows of " + std::to_string(pool.row_size()) +
                           ") was not made for this model (" + std::to_string(c.num_layers) +
                           " layers, rows of " + std::to_string(c.num_kv_heads * c.head_dim) + ")");
+  }
+  const KvCacheQuantizer* quant = model.kv_cache_quantizer();
+  for (int l = 0; l < pool.num_layers(); ++l) {
+    if (pool.fp8(l) != (quant != nullptr && quant->quantizes(l))) {
+      throw InvalidArgument("forward_batch: the KV block pool stores layer " + std::to_string(l) +
+                            (pool.fp8(l) ? " in fp8" : " in fp32") +
+                            ", the model's KV cache does not (a pool made for another model)");
+    }
   }
   ws.seen.clear();
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -228,19 +238,29 @@ int64_t plan_round(std::span<const BatchEntry> batch, int64_t begin, int64_t cap
 
 // ---- one layer ----------------------------------------------------------------------------------
 
-// Writes an item's rows of keys and values into its sequence's blocks.
+// Writes an item's rows of keys and values into its sequence's blocks: the fp32 rows, or in an
+// fp8 layer their codes (k_codes / v_codes, laid out as k / v).
 void scatter_rows(const Item& item, const PagedSequence& seq, int layer, const float* k,
-                  const float* v, KvBlockPool& pool) {
+                  const float* v, const uint8_t* k_codes, const uint8_t* v_codes,
+                  KvBlockPool& pool) {
   const int64_t width = pool.row_size();
   const int64_t block_size = pool.block_size();
+  const bool fp8 = pool.fp8(layer);
   for (int64_t i = 0; i < item.rows;) {
     const int64_t position = item.first + i;
     const int32_t block = seq.blocks[static_cast<size_t>(position / block_size)];
     const int64_t offset = position % block_size;
     const int64_t run = std::min(item.rows - i, block_size - offset);
-    const size_t bytes = static_cast<size_t>(run * width) * sizeof(float);
-    std::memcpy(pool.keys(layer, block) + offset * width, k + (item.row0 + i) * width, bytes);
-    std::memcpy(pool.values(layer, block) + offset * width, v + (item.row0 + i) * width, bytes);
+    const int64_t first = (item.row0 + i) * width;
+    if (fp8) {
+      const size_t bytes = static_cast<size_t>(run * width);
+      std::memcpy(pool.key_codes(layer, block) + offset * width, k_codes + first, bytes);
+      std::memcpy(pool.value_codes(layer, block) + offset * width, v_codes + first, bytes);
+    } else {
+      const size_t bytes = static_cast<size_t>(run * width) * sizeof(float);
+      std::memcpy(pool.keys(layer, block) + offset * width, k + first, bytes);
+      std::memcpy(pool.values(layer, block) + offset * width, v + first, bytes);
+    }
     i += run;
   }
 }
@@ -256,12 +276,26 @@ void attend(const Model& model, std::span<const BatchEntry> batch, const KvBlock
   base.head_dim = static_cast<int>(c.head_dim);
   base.window = window;
   base.scale = attention_scale(c.head_dim);
+  kernels::KvPages layer_pages;
+  layer_pages.block_size = pool.block_size();
+  if (pool.fp8(layer)) {
+    const KvCacheQuantizer& quant = *model.kv_cache_quantizer();
+    layer_pages.k_codes = pool.key_codes(layer, 0);
+    layer_pages.v_codes = pool.value_codes(layer, 0);
+    layer_pages.k_scales = quant.key_scales(layer).data();
+    layer_pages.v_scales = quant.value_scales(layer).data();
+    layer_pages.scale_count = static_cast<int>(quant.key_scales(layer).size());
+    layer_pages.e5m2 = quant.e5m2();
+  } else {
+    layer_pages.k_blocks = pool.keys(layer, 0);
+    layer_pages.v_blocks = pool.values(layer, 0);
+  }
   auto run = [&](const Item& item) {
     kernels::AttentionShape shape = base;
     shape.queries = item.rows;
     shape.past = item.first;
-    const kernels::KvPages pages{pool.keys(layer, 0), pool.values(layer, 0),
-                                 batch[item.entry].seq->blocks.data(), pool.block_size()};
+    kernels::KvPages pages = layer_pages;
+    pages.table = batch[item.entry].seq->blocks.data();
     kernels::attention_paged(ws.q.data() + item.row0 * q_width, pages, shape,
                              ws.context.data() + item.row0 * q_width);
   };
@@ -317,12 +351,22 @@ void attention_layer(const Model& model, std::span<const BatchEntry> batch, KvBl
   kernels::rope_apply(ws.k.data(), m, kv_width, kv_heads, head_dim, rotary, ws.cos.data(),
                       ws.sin.data());
   const KvCacheQuantizer* kv_quant = model.kv_cache_quantizer();
+  const bool fp8 = pool.fp8(layer);
+  if (fp8) {
+    grow(ws.k_codes, m * kv_width);
+    grow(ws.v_codes, m * kv_width);
+  }
   for (const Item& item : ws.items) {
     float* k_rows = ws.k.data() + item.row0 * kv_width;
     float* v_rows = ws.v.data() + item.row0 * kv_width;
     // What an fp8 cache stores is what attention reads back, this step's rows included.
-    if (kv_quant != nullptr) kv_quant->quantize(layer, k_rows, v_rows, item.rows);
-    scatter_rows(item, *batch[item.entry].seq, layer, ws.k.data(), ws.v.data(), pool);
+    if (kv_quant != nullptr) {
+      kv_quant->quantize(layer, k_rows, v_rows, item.rows,
+                         fp8 ? ws.k_codes.data() + item.row0 * kv_width : nullptr,
+                         fp8 ? ws.v_codes.data() + item.row0 * kv_width : nullptr);
+    }
+    scatter_rows(item, *batch[item.entry].seq, layer, ws.k.data(), ws.v.data(), ws.k_codes.data(),
+                 ws.v_codes.data(), pool);
   }
   attend(model, batch, pool, layer, lw.sliding_window, ws);
   for (const RowGroup& g : ws.groups) {

@@ -146,7 +146,8 @@ std::vector<float> KvCacheQuantizer::v_scale(int64_t layer) const {
   return v_scale_[static_cast<size_t>(layer)];
 }
 
-void KvCacheQuantizer::round_rows(float* x, int64_t rows, const std::vector<float>& scale) const {
+void KvCacheQuantizer::round_rows(float* x, int64_t rows, const std::vector<float>& scale,
+                                  uint8_t* codes) const {
   const int64_t width = kv_heads_ * head_dim_;
   const float max = e5m2_ ? 57344.0f : 448.0f;
   for (int64_t r = 0; r < rows; ++r) {
@@ -154,12 +155,15 @@ void KvCacheQuantizer::round_rows(float* x, int64_t rows, const std::vector<floa
       const float s = scale.size() == 1 ? scale[0] : scale[static_cast<size_t>(i / head_dim_)];
       float& value = x[r * width + i];
       const float q = std::clamp(value / s, -max, max);
-      value = (e5m2_ ? fp8_e5m2_to_f32(f32_to_fp8_e5m2(q)) : fp8_e4m3_to_f32(f32_to_fp8_e4m3(q))) * s;
+      const uint8_t code = e5m2_ ? f32_to_fp8_e5m2(q) : f32_to_fp8_e4m3(q);
+      value = (e5m2_ ? fp8_e5m2_to_f32(code) : fp8_e4m3_to_f32(code)) * s;
+      if (codes != nullptr) codes[r * width + i] = code;
     }
   }
 }
 
-void KvCacheQuantizer::quantize(int64_t layer, float* k, float* v, int64_t rows) const {
+void KvCacheQuantizer::quantize(int64_t layer, float* k, float* v, int64_t rows, uint8_t* k_codes,
+                                uint8_t* v_codes) const {
   if (!quantizes(layer)) return;
   const size_t l = static_cast<size_t>(layer);
   if (calculate_) {
@@ -177,8 +181,8 @@ void KvCacheQuantizer::quantize(int64_t layer, float* k, float* v, int64_t rows)
       calibrated_[l] = true;
     }
   }
-  round_rows(k, rows, k_scale_[l]);
-  round_rows(v, rows, v_scale_[l]);
+  round_rows(k, rows, k_scale_[l], k_codes);
+  round_rows(v, rows, v_scale_[l], v_codes);
 }
 
 }  // namespace lowbit::models

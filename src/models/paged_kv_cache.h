@@ -32,14 +32,17 @@ struct PagedSequence {
 
 class KvBlockPool {
  public:
-  // Allocates num_blocks blocks now (throws OutOfMemory naming the size when it cannot). Storage
-  // is fp32 (fp8-rounded values when the model's KV cache is fp8). block_size >= 1.
+  // Allocates num_blocks blocks now (throws OutOfMemory naming the size when it cannot).
+  // block_size >= 1. Storage per layer: fp32, or one fp8 byte per value for the layers the
+  // model's KV cache quantizes (--kv-cache-dtype fp8: the codes, decoded with the quantizer's
+  // scales, are the values Model::forward's cache holds, in a quarter of the memory).
   // with_storage false: block accounting only (a BatchRunner below keeps the keys and values, on
-  // its device); keys() / values() must not be called then.
+  // its device); keys() / values() / key_codes() / value_codes() must not be called then.
   KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_size = 16,
               bool with_storage = true);
 
-  // Bytes one block takes: block_size * layers * 2 * kv_heads * head_dim * sizeof(float).
+  // Bytes one block takes: block_size * 2 * kv_heads * head_dim values per layer, 4 bytes each
+  // (1 in fp8 layers).
   static int64_t bytes_per_block(const Model& model, int64_t block_size);
 
   int64_t num_blocks() const { return num_blocks_; }
@@ -55,18 +58,31 @@ class KvBlockPool {
   // Returns all of seq's blocks to the pool; seq becomes empty.
   void release(PagedSequence& seq);
 
+  // Whether `layer` stores fp8 codes (key_codes / value_codes) rather than fp32 (keys / values).
+  bool fp8(int layer) const { return fp8_[static_cast<size_t>(layer)]; }
   // Raw storage of one block of one layer: [block_size, kv_heads * head_dim] keys / values.
+  // Internal error when the layer stores the other type.
   float* keys(int layer, int32_t block);
   float* values(int layer, int32_t block);
   const float* keys(int layer, int32_t block) const;
   const float* values(int layer, int32_t block) const;
+  uint8_t* key_codes(int layer, int32_t block);
+  uint8_t* value_codes(int layer, int32_t block);
+  const uint8_t* key_codes(int layer, int32_t block) const;
+  const uint8_t* value_codes(int layer, int32_t block) const;
   int64_t row_size() const { return row_size_; }
   int num_layers() const { return layers_; }
 
  private:
+  // Element offset of (layer, block) in its layer's type of storage.
+  size_t offset(int layer, int32_t block, bool want_fp8) const;
+
   int layers_ = 0;
   int64_t num_blocks_ = 0, block_size_ = 0, row_size_ = 0;
-  std::vector<float> keys_, values_;  // [layers, num_blocks, block_size, row_size]
+  std::vector<bool> fp8_;             // per layer
+  std::vector<int64_t> slot_;         // per layer: its index among the layers of its type
+  std::vector<float> keys_, values_;  // [fp32 layers, num_blocks, block_size, row_size]
+  std::vector<uint8_t> key_codes_, value_codes_;  // [fp8 layers, num_blocks, block_size, row_size]
   std::vector<int32_t> free_;         // free block ids (a stack)
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/log.h"
+#include "models/kv_cache_quant.h"
 #include "models/model.h"
 #include "models/paged_kv_cache.h"
 #include "serve/request_state.h"
@@ -128,7 +129,11 @@ Engine::Engine(const models::Model& model, const Tokenizer* tokenizer, EngineOpt
   log_info("KV cache: " + std::to_string(blocks) + " blocks of " +
             std::to_string(options_.block_size) + " tokens (" +
             (options_.runner ? "on " + options_.runner->describe()
-                             : std::to_string(blocks * block_bytes / (1 << 20)) + " MiB") +
+                             : std::to_string(blocks * block_bytes / (1 << 20)) + " MiB" +
+                                   (model.kv_cache_quantizer() != nullptr &&
+                                            model.kv_cache_quantizer()->active()
+                                        ? ", one fp8 byte per value"
+                                        : "")) +
             "), max model length " +
             std::to_string(max_model_len_) + ", up to " + std::to_string(options_.max_num_seqs) +
             " sequences per step, " +

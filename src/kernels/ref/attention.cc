@@ -11,10 +11,13 @@
 // Both read the cache through a block table (attention_paged); the contiguous attention() is the
 // one-block case of the same code, so paged and contiguous results are bit-identical.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "core/float_convert.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -44,7 +47,42 @@ std::vector<float>& thread_scratch(size_t n) {
   return buffer;
 }
 
-void attention_direct(const float* q, const KvPages& kv, const AttentionShape& s, float* out) {
+// Another one, for the decoded keys and values of an fp8 cache.
+std::vector<float>& thread_decoded(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer;
+}
+
+// The 256 fp8 values of kv's format (codes index it).
+using Fp8Table = std::array<float, 256>;
+Fp8Table fp8_table(bool e5m2) {
+  Fp8Table t{};
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    t[static_cast<size_t>(c)] = e5m2 ? fp8_e5m2_to_f32(code) : fp8_e4m3_to_f32(code);
+  }
+  return t;
+}
+
+// Cache row (in the blocks) of position j.
+inline int64_t cache_row(const KvPages& kv, int64_t j) {
+  const int64_t block = j / kv.block_size;
+  return int64_t{kv.table[block]} * kv.block_size + (j - block * kv.block_size);
+}
+
+// head_dim values of KV head g at cache row `row`, decoded: fp8(code) · the head's scale, the
+// product the quantizer rounded each value to.
+inline void decode_head(const uint8_t* codes, const float* scales, const KvPages& kv,
+                        const Fp8Table& table, int64_t row, int64_t kv_stride, int g, int64_t hd,
+                        float* out) {
+  const float scale = scales[kv.scale_count == 1 ? 0 : g];
+  const uint8_t* c = codes + row * kv_stride + int64_t{g} * hd;
+  for (int64_t d = 0; d < hd; ++d) out[d] = table[c[d]] * scale;
+}
+
+void attention_direct(const float* q, const KvPages& kv, const AttentionShape& s,
+                      const Fp8Table* fp8, float* out) {
   const int64_t hd = s.head_dim;
   const int64_t q_stride = s.heads * hd;
   const int64_t kv_stride = s.kv_heads * hd;
@@ -59,8 +97,10 @@ void attention_direct(const float* q, const KvPages& kv, const AttentionShape& s
     detail::GroupAttentionArgs args;
     visible_keys(s, i, &args.lo, &args.hi);
     args.q = q + i * q_stride + int64_t{g} * group * hd;
-    args.k = kv.k_blocks + g * hd;
-    args.v = kv.v_blocks + g * hd;
+    if (fp8 == nullptr) {
+      args.k = kv.k_blocks + g * hd;
+      args.v = kv.v_blocks + g * hd;
+    }
     args.kv_stride = kv_stride;
     args.table = kv.table;
     args.block_size = kv.block_size;
@@ -69,6 +109,24 @@ void attention_direct(const float* q, const KvPages& kv, const AttentionShape& s
     args.scale = s.scale;
     args.scores = thread_scratch(static_cast<size_t>(group * (args.hi - args.lo))).data();
     args.out = out + i * q_stride + int64_t{g} * group * hd;
+    if (fp8 != nullptr) {
+      // The visible rows of this head decoded into contiguous scratch; positions shifted by lo,
+      // which changes no arithmetic (keys are visited in the same order).
+      const int64_t n = args.hi - args.lo;
+      float* decoded = thread_decoded(static_cast<size_t>(2 * n * hd)).data();
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t row = cache_row(kv, args.lo + j);
+        decode_head(kv.k_codes, kv.k_scales, kv, *fp8, row, kv_stride, g, hd, decoded + j * hd);
+        decode_head(kv.v_codes, kv.v_scales, kv, *fp8, row, kv_stride, g, hd,
+                    decoded + (n + j) * hd);
+      }
+      args.k = decoded;
+      args.v = decoded + n * hd;
+      args.kv_stride = hd;
+      args.table = nullptr;
+      args.lo = 0;
+      args.hi = n;
+    }
     kernel(args);
   }
 }
@@ -96,8 +154,9 @@ void masked_softmax_rows(const AttentionShape& s, int64_t i0, int64_t rows, int 
   }
 }
 
-void attention_block(const float* q, const KvPages& kv, const AttentionShape& s, int g, int64_t i0,
-                     int64_t i1, BlockBuffers& buf, float* out) {
+void attention_block(const float* q, const KvPages& kv, const AttentionShape& s,
+                     const Fp8Table* fp8, int g, int64_t i0, int64_t i1, BlockBuffers& buf,
+                     float* out) {
   const int64_t hd = s.head_dim;
   const int64_t q_stride = s.heads * hd;
   const int64_t kv_stride = s.kv_heads * hd;
@@ -118,7 +177,17 @@ void attention_block(const float* q, const KvPages& kv, const AttentionShape& s,
       std::copy(src, src + hd, buf.q.data() + ((i - i0) * group + r) * hd);
     }
   }
-  for (int64_t j0 = lo; j0 < hi;) {
+  if (fp8 != nullptr) {
+    float* row = buf.out.data();  // free until the second matmul: one decoded value row
+    for (int64_t j = lo; j < hi; ++j) {
+      const int64_t r = cache_row(kv, j);
+      decode_head(kv.k_codes, kv.k_scales, kv, *fp8, r, kv_stride, g, hd,
+                  buf.k.data() + (j - lo) * hd);
+      decode_head(kv.v_codes, kv.v_scales, kv, *fp8, r, kv_stride, g, hd, row);
+      for (int64_t d = 0; d < hd; ++d) buf.vt[static_cast<size_t>(d * columns + (j - lo))] = row[d];
+    }
+  }
+  for (int64_t j0 = lo; j0 < hi && fp8 == nullptr;) {
     const int64_t block = j0 / kv.block_size;
     const int64_t end = std::min(hi, (block + 1) * kv.block_size);
     const int64_t first_row =
@@ -165,15 +234,18 @@ GroupAttentionFn group_attention_kernel() {
 }  // namespace detail
 
 void attention_paged(const float* q, const KvPages& kv, const AttentionShape& shape, float* out) {
+  std::optional<Fp8Table> fp8;
+  if (kv.k_codes != nullptr) fp8 = fp8_table(kv.e5m2);
+  const Fp8Table* table = fp8 ? &*fp8 : nullptr;
   if (shape.queries < kMatmulMinQueries) {
-    attention_direct(q, kv, shape, out);
+    attention_direct(q, kv, shape, table, out);
     return;
   }
   thread_local BlockBuffers buffers;
   for (int g = 0; g < shape.kv_heads; ++g) {
     for (int64_t i0 = 0; i0 < shape.queries; i0 += kQueryBlock) {
       const int64_t i1 = std::min(shape.queries, i0 + kQueryBlock);
-      attention_block(q, kv, shape, g, i0, i1, buffers, out);
+      attention_block(q, kv, shape, table, g, i0, i1, buffers, out);
     }
   }
 }

@@ -5,6 +5,8 @@
 // windows, 1 / 5 queries (direct path) and 8 / 70 (matmul path, one and two query blocks), and
 // 0..300 cached positions. Blocks are handed out in a scrambled order and every pool row that
 // does not hold a cache position is NaN, so a read through a wrong index cannot go unnoticed.
+// An fp8 pool (one code per value, the serving engine's --kv-cache-dtype fp8 storage) must give
+// the bits of attention() on the decoded values, fp8(code) · scale.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float_convert.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/ops.h"
 #include "kernels/ref/attention_group.h"
@@ -185,6 +188,102 @@ TEST(AttentionPagedTest, EveryIsaGroupKernelPagesBitIdentically) {
       }
     }
   }
+}
+
+// fp8 codes (e4m3 and e5m2, one scale or one per KV head) in a scrambled pool whose unused rows
+// hold NaN codes: attention_paged equals attention() on the decoded values fp8(code) · scale bit
+// for bit, on the direct (1, 5 queries) and the matmul path (8, 70).
+TEST(AttentionPagedTest, Fp8CodesEqualTheDecodedValuesBitwise) {
+  struct Format {
+    bool e5m2;
+    uint8_t nan_code;
+    float scale;  // keeps |values| around 1-10
+  };
+  const Format formats[] = {{false, 0x7F, 0.02f}, {true, 0x7F, 0.0005f}};
+  const Heads h{6, 2, 32};
+  const int64_t row = int64_t{h.kv_heads} * h.head_dim;
+  int cases = 0;
+  uint32_t seed = 100;
+  for (const Format& f : formats) {
+    auto decode = [&](uint8_t c) { return f.e5m2 ? fp8_e5m2_to_f32(c) : fp8_e4m3_to_f32(c); };
+    for (const int scale_count : {1, h.kv_heads}) {
+      std::vector<float> k_scales, v_scales;
+      for (int g = 0; g < scale_count; ++g) {
+        k_scales.push_back(f.scale * static_cast<float>(g + 1));
+        v_scales.push_back(0.5f * f.scale * static_cast<float>(g + 2));
+      }
+      for (const int64_t queries : {1, 5, 8, 70}) {
+        for (const int64_t past : {0, 17, 129}) {
+          const int64_t context = past + queries;
+          std::mt19937 gen(++seed);
+          std::uniform_int_distribution<int> byte(0, 255);
+          auto random_codes = [&] {
+            std::vector<uint8_t> c(static_cast<size_t>(context * row));
+            for (uint8_t& x : c) {
+              do x = static_cast<uint8_t>(byte(gen));
+              while (!std::isfinite(decode(x)) || std::fabs(decode(x)) > 448.0f);
+            }
+            return c;
+          };
+          const std::vector<uint8_t> k_codes = random_codes(), v_codes = random_codes();
+          std::vector<float> k(k_codes.size()), v(v_codes.size());
+          for (size_t i = 0; i < k.size(); ++i) {
+            const size_t g = scale_count == 1 ? 0 : (i % static_cast<size_t>(row)) / h.head_dim;
+            k[i] = decode(k_codes[i]) * k_scales[g];
+            v[i] = decode(v_codes[i]) * v_scales[g];
+          }
+          const auto q =
+              random_vector(static_cast<size_t>(queries * h.heads * h.head_dim), ++seed, 0.3f);
+          for (const int64_t window : {0, 7}) {
+            AttentionShape s;
+            s.queries = queries;
+            s.past = past;
+            s.heads = h.heads;
+            s.kv_heads = h.kv_heads;
+            s.head_dim = h.head_dim;
+            s.window = window;
+            s.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+            std::vector<float> expected(q.size(), -7.0f);
+            attention(q.data(), k.data(), v.data(), s, expected.data());
+            ASSERT_TRUE(std::all_of(expected.begin(), expected.end(),
+                                    [](float x) { return std::isfinite(x); }));
+            for (const int64_t block_size : {1, 3, 16}) {
+              const int64_t used = (context + block_size - 1) / block_size;
+              std::vector<int32_t> ids(static_cast<size_t>(2 * used + 1));
+              std::iota(ids.begin(), ids.end(), 0);
+              std::shuffle(ids.begin(), ids.end(), std::mt19937(++seed));
+              const std::vector<int32_t> table(ids.begin(), ids.begin() + used);
+              std::vector<uint8_t> k_pool(ids.size() * block_size * row, f.nan_code);
+              std::vector<uint8_t> v_pool(k_pool.size(), f.nan_code);
+              for (int64_t j = 0; j < context; ++j) {
+                const int64_t dst =
+                    (table[static_cast<size_t>(j / block_size)] * block_size + j % block_size) * row;
+                std::copy_n(k_codes.begin() + j * row, row, k_pool.begin() + dst);
+                std::copy_n(v_codes.begin() + j * row, row, v_pool.begin() + dst);
+              }
+              KvPages pages;
+              pages.table = table.data();
+              pages.block_size = block_size;
+              pages.k_codes = k_pool.data();
+              pages.v_codes = v_pool.data();
+              pages.k_scales = k_scales.data();
+              pages.v_scales = v_scales.data();
+              pages.scale_count = scale_count;
+              pages.e5m2 = f.e5m2;
+              std::vector<float> out(q.size(), -9.0f);
+              attention_paged(q.data(), pages, s, out.data());
+              EXPECT_TRUE(bitwise_equal(out, expected))
+                  << (f.e5m2 ? "e5m2" : "e4m3") << " scales " << scale_count << " queries "
+                  << queries << " past " << past << " window " << window << " block "
+                  << block_size;
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * 2 * 4 * 3 * 2 * 3);
 }
 
 }  // namespace

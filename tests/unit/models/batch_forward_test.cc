@@ -216,17 +216,56 @@ TEST_F(BatchForwardTest, LongPromptsRunInTheSameChunks) {
   expect_same_as_alone(model(), plans, run_batched(model(), pool, plans), "long prompts");
 }
 
-// (c) fp8 KV cache: the rounded keys and values written to the blocks are those Model::forward
-// writes to its cache.
+// (c) fp8 KV cache: the pool stores one fp8 code per value (a quarter of the fp32 bytes) in the
+// layers the cache quantizes, and the values attention decodes from them are those Model::forward
+// writes to its fp32 cache: e4m3, e5m2 with layer 0 skipped (kept in fp32), and scales computed
+// from the first pass (--calculate-kv-scales).
 TEST(BatchForwardFp8Test, Fp8KvCacheMatchesForwardAloneBitwise) {
+  struct Case {
+    std::string dtype;
+    std::vector<std::string> skip;
+    bool calculate;
+  };
+  const Case cases[] = {{"fp8", {}, false}, {"fp8_e5m2", {"0"}, false}, {"fp8_e4m3", {}, true}};
+  for (const Case& c : cases) {
+    LoadOptions options;
+    options.kv_cache.dtype = c.dtype;
+    options.kv_cache.skip_layers = c.skip;
+    options.kv_cache.calculate_scales = c.calculate;
+    const std::unique_ptr<Model> model = Model::load(kEmbedded, options);
+    ASSERT_NE(model->kv_cache_quantizer(), nullptr);
+    ASSERT_TRUE(model->kv_cache_quantizer()->active());
+    const ModelConfig& config = model->config();
+    const int64_t values_per_layer = 4 * 2 * config.num_kv_heads * config.head_dim;
+    const int64_t fp8_layers = config.num_layers - static_cast<int64_t>(c.skip.size());
+    EXPECT_EQ(KvBlockPool::bytes_per_block(*model, 4),
+              values_per_layer * (fp8_layers + 4 * (config.num_layers - fp8_layers)))
+        << c.dtype;
+    const std::vector<Plan> plans = staggered_plans(6, config.vocab_size, 42);
+    KvBlockPool pool(*model, 6 * 20, 4);
+    for (int l = 0; l < pool.num_layers(); ++l) {
+      EXPECT_EQ(pool.fp8(l), !(l == 0 && !c.skip.empty())) << c.dtype << " layer " << l;
+    }
+    expect_same_as_alone(*model, plans, run_batched(*model, pool, plans), c.dtype + " kv");
+  }
+}
+
+// A pool made for the model without an fp8 cache does not run the fp8 model (and vice versa).
+TEST(BatchForwardFp8Test, PoolOfAnotherKvDtypeIsRejected) {
   LoadOptions options;
   options.kv_cache.dtype = "fp8";
-  const std::unique_ptr<Model> model = Model::load(kEmbedded, options);
-  ASSERT_NE(model->kv_cache_quantizer(), nullptr);
-  ASSERT_TRUE(model->kv_cache_quantizer()->active());
-  const std::vector<Plan> plans = staggered_plans(6, model->config().vocab_size, 42);
-  KvBlockPool pool(*model, 6 * 20, 4);
-  expect_same_as_alone(*model, plans, run_batched(*model, pool, plans), "fp8 kv");
+  const std::unique_ptr<Model> fp8_model = Model::load(kEmbedded, options);
+  const std::unique_ptr<Model> plain_model = Model::load(kEmbedded);
+  KvBlockPool fp8_pool(*fp8_model, 8, 4), plain_pool(*plain_model, 8, 4);
+  const std::vector<int32_t> tokens = {5, 6, 7};
+  for (auto [model, pool] : {std::pair{fp8_model.get(), &plain_pool},
+                             std::pair{plain_model.get(), &fp8_pool}}) {
+    PagedSequence seq;
+    ASSERT_TRUE(pool->reserve(seq, 3));
+    const BatchEntry entry{tokens, &seq};
+    EXPECT_THROW(forward_batch(*model, {&entry, 1}, *pool), InvalidArgument);
+    EXPECT_EQ(seq.length, 0);
+  }
 }
 
 // Linear layers run by a quantization method (here fp8 with per-tensor dynamic inputs, whose

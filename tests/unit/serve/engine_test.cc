@@ -152,6 +152,31 @@ TEST_F(EngineTest, SmallCachePreemptsAndFinishesEveryRequest) {
   EXPECT_EQ(blocks_used_when_idle(engine), 0);
 }
 
+// --kv-cache-dtype fp8 stores one byte per cached value instead of four: the same
+// --kv-cache-memory holds four times the blocks, and requests still finish with all their tokens.
+TEST_F(EngineTest, Fp8KvCacheHoldsFourTimesTheBlocksInTheSameBudget) {
+  models::LoadOptions load;
+  load.kv_cache.dtype = "fp8";
+  const std::unique_ptr<models::Model> fp8_model = models::Model::load(kModelDir, load);
+  const int64_t budget = 40 * models::KvBlockPool::bytes_per_block(*model_, 4);
+  EXPECT_EQ(models::KvBlockPool::bytes_per_block(*fp8_model, 4) * 4,
+            models::KvBlockPool::bytes_per_block(*model_, 4));
+  EngineOptions options;
+  options.max_num_seqs = 4;
+  options.max_model_len = 128;
+  options.block_size = 4;
+  options.kv_cache_bytes = budget;
+  Engine plain(*model_, tokenizer_, options);
+  Engine fp8(*fp8_model, tokenizer_, options);
+  EXPECT_EQ(plain.stats().kv_blocks_total, 40);
+  EXPECT_EQ(fp8.stats().kv_blocks_total, 160);
+  const auto all = prompts(4);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& p : all) streams.push_back(fp8.submit(greedy(p, 20)));
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(collect(*streams[i]).size(), 20u) << i;
+  EXPECT_EQ(blocks_used_when_idle(fp8), 0);
+}
+
 TEST_F(EngineTest, CancelledRequestEndsAndFreesItsBlocks) {
   Engine engine(*model_, tokenizer_, with_max_len(512));
   auto stream = engine.submit(greedy(prompts(1)[0], 400));
