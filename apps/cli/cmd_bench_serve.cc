@@ -26,6 +26,7 @@ struct BenchServeOptions {
   int64_t input_len = 1024;
   int64_t output_len = 0;  // 0: not given (random: 128; files: each line's output_len, else 128)
   int64_t random_vocab = 1000;
+  int64_t random_prefix_len = 0;
   bool ignore_eos = false;
   bool no_ignore_eos = false;
   std::string json_path;
@@ -107,7 +108,7 @@ int run_bench_serve(BenchServeOptions options) {
     requests =
         serve::random_dataset(options.num_prompts, options.input_len,
                               options.output_len > 0 ? options.output_len : kDefaultOutputLen,
-                              options.random_vocab, client.seed);
+                              options.random_vocab, client.seed, options.random_prefix_len);
   } else {
     requests = serve::load_dataset_file(
         options.dataset, options.num_prompts,
@@ -203,6 +204,10 @@ void add_bench_serve_command(CLI::App& bench, CommandList& commands) {
       ->capture_default_str();
   sub->add_option("--output-len", options->output_len,
                   "max_tokens of every request (default: a file line's output_len, else 128)");
+  sub->add_option("--random-prefix-len", options->random_prefix_len,
+                  "Random prompts: a shared start of N ids before each prompt's --input-len own "
+                  "ones (exercises a server's prefix cache)")
+      ->capture_default_str();
   sub->add_option("--random-vocab", options->random_vocab,
                   "Random prompts: token ids are drawn from [10, N)")
       ->capture_default_str();

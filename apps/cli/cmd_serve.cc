@@ -140,6 +140,11 @@ void add_serve_command(CLI::App& app, CommandList& commands) {
                   "generate`); off: one matmul per layer per step (faster for quantized models, "
                   "last-bit differences); auto: on for unquantized models, off for quantized ones")
       ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
+                s.engine.enable_prefix_caching,
+                "Share the KV blocks of prompts' common starts between requests (vLLM's automatic "
+                "prefix caching): a request whose prompt begins like an earlier one prefills only "
+                "the rest. CPU engine; shared prefixes may change logits in the last bits");
   add_model_load_options(sub, options->load);
   add_threads_option(sub, options->threads);
   add_device_option(sub, options->device);

@@ -2,6 +2,7 @@
 // batch_decoder.cc.
 #include "models/paged_kv_cache.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <new>
@@ -70,6 +71,7 @@ KvBlockPool::KvBlockPool(const Model& model, int64_t num_blocks, int64_t block_s
     key_codes_.resize(codes);
     value_codes_.resize(codes);
     free_.resize(static_cast<size_t>(num_blocks));
+    holders_.assign(static_cast<size_t>(num_blocks), 0);
   } catch (const std::bad_alloc&) {
     throw OutOfMemory("KV block pool: cannot allocate " + std::to_string(num_blocks) +
                       " blocks of " + std::to_string(block_size) + " tokens (" +
@@ -99,8 +101,15 @@ bool KvBlockPool::reserve(PagedSequence& seq, int64_t tokens) {
   if (need > free_blocks()) return false;
   seq.blocks.reserve(static_cast<size_t>(have + need));  // may throw: nothing taken yet
   for (int64_t i = 0; i < need; ++i) {
-    seq.blocks.push_back(free_.back());
-    free_.pop_back();
+    int32_t block = -1;
+    if (!free_.empty()) {
+      block = free_.back();
+      free_.pop_back();
+    } else {
+      block = prefix_->evict();  // free_blocks() counted the parked ones
+    }
+    holders_[static_cast<size_t>(block)] = 1;
+    seq.blocks.push_back(block);
   }
   return true;
 }
@@ -112,15 +121,68 @@ void KvBlockPool::release(PagedSequence& seq) {
                             ", which is not in this pool of " + std::to_string(num_blocks_) +
                             " blocks");
     }
+    if (holders_[static_cast<size_t>(block)] < 1) {
+      throw InvalidArgument("KV block pool: release of block " + std::to_string(block) +
+                            ", which no sequence holds (a sequence released twice?)");
+    }
   }
-  if (free_.size() + seq.blocks.size() > static_cast<size_t>(num_blocks_)) {
-    throw InvalidArgument("KV block pool: release of " + std::to_string(seq.blocks.size()) +
-                          " blocks would exceed the pool (a sequence released twice?)");
+  // Last block first: on the free stack the first block ends on top (reused first); among parked
+  // prefix blocks a sequence's tail is evicted before its head, which more requests share.
+  for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) {
+    if (--holders_[static_cast<size_t>(*it)] > 0) continue;
+    if (prefix_ != nullptr && prefix_->indexed(*it)) {
+      prefix_->park(*it);
+    } else {
+      free_.push_back(*it);
+    }
   }
-  // Last taken, first reused: the stack gives the blocks back out in the order they were held.
-  free_.insert(free_.end(), seq.blocks.rbegin(), seq.blocks.rend());
   seq.blocks.clear();
   seq.length = 0;
+  seq.hashed_blocks = 0;
+  seq.chain_hash = 0;
+}
+
+int64_t KvBlockPool::free_blocks() const {
+  return static_cast<int64_t>(free_.size()) + (prefix_ != nullptr ? prefix_->parked() : 0);
+}
+
+void KvBlockPool::enable_prefix_caching() {
+  if (prefix_ == nullptr) prefix_ = std::make_unique<PrefixIndex>(num_blocks_, block_size_);
+}
+
+int64_t KvBlockPool::share_prefix(PagedSequence& seq, std::span<const int32_t> tokens,
+                                  int64_t max_tokens) {
+  if (prefix_ == nullptr || !seq.blocks.empty()) return 0;
+  const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size()));
+  uint64_t hash = PrefixIndex::kRootHash;
+  for (int64_t b = 0; (b + 1) * block_size_ <= limit; ++b) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(b * block_size_),
+                                             static_cast<size_t>(block_size_));
+    const uint64_t next = PrefixIndex::chain(hash, block_tokens);
+    const int32_t block = prefix_->find(next, block_tokens);
+    if (block < 0) break;
+    prefix_->unpark(block);
+    ++holders_[static_cast<size_t>(block)];
+    seq.blocks.push_back(block);
+    hash = next;
+  }
+  seq.hashed_blocks = static_cast<int64_t>(seq.blocks.size());
+  seq.chain_hash = hash;
+  seq.length = seq.hashed_blocks * block_size_;
+  return seq.length;
+}
+
+void KvBlockPool::index_blocks(PagedSequence& seq, std::span<const int32_t> tokens) {
+  if (prefix_ == nullptr) return;
+  const int64_t full = std::min<int64_t>(seq.length, static_cast<int64_t>(tokens.size())) / block_size_;
+  if (seq.hashed_blocks == 0) seq.chain_hash = PrefixIndex::kRootHash;
+  for (int64_t b = seq.hashed_blocks; b < full; ++b) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(b * block_size_),
+                                             static_cast<size_t>(block_size_));
+    seq.chain_hash = PrefixIndex::chain(seq.chain_hash, block_tokens);
+    prefix_->insert(seq.blocks[static_cast<size_t>(b)], seq.chain_hash, block_tokens);
+  }
+  seq.hashed_blocks = std::max(seq.hashed_blocks, full);
 }
 
 size_t KvBlockPool::offset(int layer, int32_t block, bool want_fp8) const {

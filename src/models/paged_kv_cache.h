@@ -15,12 +15,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "lowbit/tensor.h"
 #include "models/model.h"
+#include "models/prefix_index.h"
 
 namespace lowbit::models {
 
@@ -28,6 +30,10 @@ namespace lowbit::models {
 struct PagedSequence {
   std::vector<int32_t> blocks;  // block ids; position p lives in blocks[p / block_size]
   int64_t length = 0;           // positions cached (the next token's position)
+  // Prefix caching's bookkeeping (KvBlockPool::share_prefix / index_blocks): how many leading
+  // full blocks have their chain hash computed, and the last one's hash.
+  int64_t hashed_blocks = 0;
+  uint64_t chain_hash = 0;
 };
 
 class KvBlockPool {
@@ -47,16 +53,31 @@ class KvBlockPool {
 
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t free_blocks() const;  // never used, released, or parked prefix blocks
   int64_t used_blocks() const { return num_blocks_ - free_blocks(); }
   // Blocks a sequence of `tokens` positions needs.
   int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
   // Grows seq.blocks so that it can hold `tokens` positions. False (seq unchanged) when the pool
-  // has too few free blocks.
+  // has too few free blocks (free_blocks() counts parked prefix blocks, which are evicted, oldest
+  // first, only when no never-used or released unindexed block is left).
   bool reserve(PagedSequence& seq, int64_t tokens);
-  // Returns all of seq's blocks to the pool; seq becomes empty.
+  // Drops seq's hold on its blocks; seq becomes empty. A block nobody else holds returns to the
+  // pool, or, when it is an indexed prefix block, stays parked for reuse until evicted.
+  // InvalidArgument (nothing changed) for a block outside the pool or not held.
   void release(PagedSequence& seq);
+
+  // Automatic prefix caching (vLLM's --enable-prefix-caching), off until enabled. Then:
+  // share_prefix() gives an empty sequence the cached blocks holding the longest run of full
+  // blocks at the start of `tokens` (at most max_tokens positions' worth) and sets its length to
+  // their positions, so only the rest is computed; index_blocks() records the full blocks a
+  // sequence has written (positions < seq.length, whose tokens are tokens[0 .. seq.length)) for
+  // later sequences. Blocks shared by several sequences are only ever read: a sequence writes
+  // only positions past its shared prefix, which lie in blocks of its own.
+  void enable_prefix_caching();
+  bool prefix_caching() const { return prefix_ != nullptr; }
+  int64_t share_prefix(PagedSequence& seq, std::span<const int32_t> tokens, int64_t max_tokens);
+  void index_blocks(PagedSequence& seq, std::span<const int32_t> tokens);
 
   // Whether `layer` stores fp8 codes (key_codes / value_codes) rather than fp32 (keys / values).
   bool fp8(int layer) const { return fp8_[static_cast<size_t>(layer)]; }
@@ -84,6 +105,8 @@ class KvBlockPool {
   std::vector<float> keys_, values_;  // [fp32 layers, num_blocks, block_size, row_size]
   std::vector<uint8_t> key_codes_, value_codes_;  // [fp8 layers, num_blocks, block_size, row_size]
   std::vector<int32_t> free_;         // free block ids (a stack)
+  std::vector<int32_t> holders_;      // per block: sequences holding it
+  std::unique_ptr<PrefixIndex> prefix_;  // null: prefix caching off
 };
 
 // One sequence's part of a batched step.

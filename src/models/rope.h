@@ -40,6 +40,11 @@ class RotaryEmbedding {
                       float* sin);
 
   int64_t rotary_dim() const { return rotary_dim_; }
+  // Whether the frequencies depend on the call's length (dynamic NTK, longrope): keys cached by
+  // one sequence then need not be those another sequence would compute for the same prefix.
+  bool length_dependent() const {
+    return rope_.type == RopeType::DYNAMIC || rope_.type == RopeType::LONGROPE;
+  }
 
  private:
   RopeConfig rope_;

@@ -94,20 +94,23 @@ std::vector<BenchRequest> load_dataset_file(const std::string& path, int64_t num
 }
 
 std::vector<BenchRequest> random_dataset(int64_t num_prompts, int64_t input_len, int64_t output_len,
-                                         int64_t vocab, uint64_t seed) {
+                                         int64_t vocab, uint64_t seed, int64_t prefix_len) {
   LOWBIT_CHECK(num_prompts >= 1, "bench serve: --num-prompts must be at least 1");
   LOWBIT_CHECK(input_len >= 1, "bench serve: --input-len must be at least 1");
+  LOWBIT_CHECK(prefix_len >= 0, "bench serve: --random-prefix-len must not be negative");
   LOWBIT_CHECK(output_len >= 1, "bench serve: --output-len must be at least 1");
   LOWBIT_CHECK(vocab > 10,
                "bench serve: --random-vocab must be above 10 (ids are drawn from [10, vocab))");
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> token(10, vocab - 1);
+  std::vector<int64_t> prefix(static_cast<size_t>(prefix_len));
+  for (auto& id : prefix) id = token(rng);
   std::vector<BenchRequest> requests(static_cast<size_t>(num_prompts));
   for (auto& request : requests) {
-    std::vector<int64_t> ids(static_cast<size_t>(input_len));
-    for (auto& id : ids) id = token(rng);
+    std::vector<int64_t> ids = prefix;
+    for (int64_t i = 0; i < input_len; ++i) ids.push_back(token(rng));
     request.prompt = ids;
-    request.prompt_len = input_len;
+    request.prompt_len = prefix_len + input_len;
     request.output_len = output_len;
   }
   return requests;

@@ -37,8 +37,10 @@ std::vector<BenchRequest> load_dataset_file(const std::string& path, int64_t num
                                             std::optional<int64_t> output_len_override,
                                             int64_t default_output_len);
 
+// prefix_len > 0 (vLLM's --random-prefix-len): every prompt starts with the same prefix_len ids
+// (drawn first), then input_len ids of its own, so a server's prefix cache can share the prefix.
 std::vector<BenchRequest> random_dataset(int64_t num_prompts, int64_t input_len, int64_t output_len,
-                                         int64_t vocab, uint64_t seed);
+                                         int64_t vocab, uint64_t seed, int64_t prefix_len = 0);
 
 // Send times in seconds from the start of the run. request_rate = inf: all zero (everything at
 // once). Otherwise a Poisson process: exponential gaps with mean 1/rate from a seeded generator,

@@ -244,7 +244,10 @@ void CompletionHandler::respond_whole(SubmittedRequest& request, httplib::Respon
     ChoiceOutput out = drain(*choice.stream);
     const RequestSummary& s = out.summary;
     // Prompt tokens count once per prompt, not once per choice (OpenAI's usage with n > 1).
-    if (static_cast<int32_t>(c) % api.n == 0) usage.prompt_tokens += s.prompt_tokens;
+    if (static_cast<int32_t>(c) % api.n == 0) {
+      usage.prompt_tokens += s.prompt_tokens;
+      if (s.cached_tokens) usage.cached_tokens = usage.cached_tokens.value_or(0) + *s.cached_tokens;
+    }
     const bool echo_only = api.echo && api.max_tokens.value_or(1) == 0;
     usage.completion_tokens += echo_only ? 0 : s.output_tokens;
     record_choice_metrics(metrics_, s, finish_reason_name(out.finish),

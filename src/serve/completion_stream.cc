@@ -149,7 +149,10 @@ void StreamWriter::finish_choice(size_t c, const char* reason) {
   ++finished_;
   const RequestSummary s = choice.stream->summary();
   const bool first_of_prompt = choice.index % request_->api.n == 0;
-  if (first_of_prompt) usage_.prompt_tokens += s.prompt_tokens;
+  if (first_of_prompt) {
+    usage_.prompt_tokens += s.prompt_tokens;
+    if (s.cached_tokens) usage_.cached_tokens = usage_.cached_tokens.value_or(0) + *s.cached_tokens;
+  }
   usage_.completion_tokens += s.output_tokens;
   record_choice_metrics(metrics_, s, reason, first_of_prompt);
 }

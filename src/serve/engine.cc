@@ -121,6 +121,18 @@ Engine::Engine(const models::Model& model, const Tokenizer* tokenizer, EngineOpt
   }
   pool_ = std::make_unique<models::KvBlockPool>(model, blocks, options_.block_size,
                                                 /*with_storage=*/!options_.runner);
+  if (options_.enable_prefix_caching) {
+    if (options_.runner) {
+      log_warn("--enable-prefix-caching is ignored: " + options_.runner->describe() +
+               " keeps its own KV cache, which does not share prefixes yet (the CPU engine does)");
+    } else if (model.rotary().length_dependent()) {
+      log_warn("--enable-prefix-caching is ignored: this model's RoPE depends on the sequence "
+               "length, so cached keys of one request are not those of another");
+    } else {
+      pool_->enable_prefix_caching();
+    }
+  }
+  stats_.prefix_caching = pool_->prefix_caching();
   eos_ids_ = config.eos_token_ids;
   const bool quantized = model.quantization().rfind("none", 0) != 0;
   batch_invariant_ = options_.batch_invariant.value_or(!quantized);
@@ -137,7 +149,8 @@ Engine::Engine(const models::Model& model, const Tokenizer* tokenizer, EngineOpt
             "), max model length " +
             std::to_string(max_model_len_) + ", up to " + std::to_string(options_.max_num_seqs) +
             " sequences per step, " +
-            (batch_invariant_ ? "batch-invariant" : "one matmul per layer per step") + " batching");
+            (batch_invariant_ ? "batch-invariant" : "one matmul per layer per step") + " batching" +
+            (pool_->prefix_caching() ? ", prefix caching" : ""));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -234,6 +247,7 @@ void Engine::finish(Request& request, FinishReason reason, bool announce) {
       request.first_token ? seconds_between(request.submitted, *request.first_token) : 0.0;
   summary.total_seconds = seconds_between(request.submitted, now);
   summary.preemptions = request.preemptions;
+  if (pool_->prefix_caching()) summary.cached_tokens = request.cached_tokens;
   request.stream->finish(std::move(summary));
 }
 
@@ -255,16 +269,31 @@ void Engine::admit() {
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     Request& r = *waiting_.front();
     const int64_t tokens = static_cast<int64_t>(r.context.size());
-    if (prefill_tokens > 0 && prefill_tokens + tokens > options_.max_prefill_tokens) break;
-    const int64_t needed = pool_->blocks_for(tokens);
+    // Cached full blocks of the prompt's start (never the last token: its logits are needed;
+    // never with prompt logprobs, which need every position's logits).
+    int64_t cached = 0;
+    if (pool_->prefix_caching() && !r.params.prompt_logprobs) {
+      cached = pool_->share_prefix(r.seq, r.context, tokens - 1);
+    }
+    const int64_t computed = tokens - cached;
+    const int64_t needed = pool_->blocks_for(tokens) - static_cast<int64_t>(r.seq.blocks.size());
     // The watermark keeps room for running sequences to grow; an idle engine takes any request
     // that fits at all.
     const int64_t reserve = running_.empty() ? 0 : admission_watermark(pool_->num_blocks());
-    if (pool_->free_blocks() - needed < reserve || !pool_->reserve(r.seq, tokens)) break;
+    if ((prefill_tokens > 0 && prefill_tokens + computed > options_.max_prefill_tokens) ||
+        pool_->free_blocks() - needed < reserve || !pool_->reserve(r.seq, tokens)) {
+      pool_->release(r.seq);  // the shared prefix, if any, goes back (parked) until next time
+      break;
+    }
+    if (pool_->prefix_caching() && !r.params.prompt_logprobs) {
+      stats_.prefix_cache_queries += tokens;
+      stats_.prefix_cache_hits += cached;
+    }
+    r.cached_tokens = cached;
     r.admitted = Clock::now();
     r.admitted_order = next_admission_++;
     r.needs_prefill = true;
-    prefill_tokens += tokens;
+    prefill_tokens += computed;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -338,6 +367,8 @@ bool Engine::step() {
   std::vector<Tensor> logits = options_.runner
                                    ? options_.runner->run(batch)
                                    : models::forward_batch(model_, batch, *pool_, batch_options);
+  // The blocks this step filled become shareable (before anything finishes and releases them).
+  for (auto& r : running_) pool_->index_blocks(r->seq, r->context);
 
   const int64_t vocab = model_.config().vocab_size;
   StepLimits limits{max_model_len_, eos_ids_};

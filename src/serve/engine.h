@@ -62,6 +62,12 @@ struct EngineOptions {
   // Runs the steps instead of the CPU (the GPU backend, apps/cli): the KV pool is then sized by
   // its capacity_tokens() and keeps no bytes here. Null: models::forward_batch on the CPU.
   std::shared_ptr<models::BatchRunner> runner;
+  // Automatic prefix caching (vLLM's --enable-prefix-caching): full KV blocks of finished and
+  // running sequences are indexed by their token prefix and shared by later requests whose
+  // prompts start the same way, which then prefill only the rest. CPU engine only (a runner
+  // keeps its own cache); off for length-dependent RoPE. Shared prefixes were computed in other
+  // batches, so logits may differ from `lowbit generate`'s in the last bits.
+  bool enable_prefix_caching = false;
   // OpenMP threads of the forward passes (0: OpenMP's default). Set on the scheduler thread itself:
   // a new thread does not inherit the omp_set_num_threads of the thread that made it.
   int threads = 0;
@@ -109,6 +115,9 @@ struct RequestSummary {
   double first_token_seconds = 0;  // submit → first token
   double total_seconds = 0;        // submit → finished
   int64_t preemptions = 0;
+  // Prompt tokens taken from the prefix cache at the last admission; nullopt when prefix caching
+  // is off.
+  std::optional<int64_t> cached_tokens;
 };
 
 // The channel between the scheduler and one request's reader.
@@ -147,6 +156,9 @@ struct EngineStats {
   int64_t block_size = 0;
   int64_t steps = 0;
   int64_t preemptions = 0;
+  bool prefix_caching = false;
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_cache_hits = 0;     // of which found there
   double kv_usage() const {
     return kv_blocks_total > 0 ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0.0;
   }

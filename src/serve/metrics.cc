@@ -175,6 +175,13 @@ void ServerMetrics::set_scheduler_state(int64_t running, int64_t waiting, double
   kv_usage_ = kv_usage;
 }
 
+void ServerMetrics::set_prefix_cache(bool enabled, int64_t queries, int64_t hits) {
+  std::lock_guard lock(mutex_);
+  prefix_caching_ = enabled;
+  prefix_queries_ = static_cast<double>(queries);
+  prefix_hits_ = static_cast<double>(hits);
+}
+
 HistogramSnapshot ServerMetrics::snapshot(LatencyHistogram which) const {
   std::lock_guard lock(mutex_);
   const Histogram& h = histogram(which);
@@ -209,6 +216,12 @@ std::string ServerMetrics::prometheus_text(std::string_view model_name) const {
          prompt_tokens_);
   family("lowbit:generation_tokens_total", "Number of tokens generated.", "counter",
          generation_tokens_);
+  if (prefix_caching_) {
+    family("lowbit:prefix_cache_queries_total",
+           "Prompt tokens looked up in the prefix cache.", "counter", prefix_queries_);
+    family("lowbit:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", "counter",
+           prefix_hits_);
+  }
 
   write_header(out, "lowbit:request_success_total", "Number of requests that finished.", "counter");
   const std::pair<const char*, double> reasons[] = {

@@ -58,6 +58,9 @@ class ServerMetrics {
   // The scheduler's state now: sequences being decoded, sequences queued, fraction of the KV
   // cache in use (0..1).
   void set_scheduler_state(int64_t running, int64_t waiting, double kv_usage);
+  // Prefix caching's totals so far (prompt tokens looked up, of which found), exported as
+  // counters when `enabled` (vLLM's prefix_cache_queries / prefix_cache_hits).
+  void set_prefix_cache(bool enabled, int64_t queries, int64_t hits);
 
   HistogramSnapshot snapshot(LatencyHistogram which) const;
 
@@ -81,6 +84,9 @@ class ServerMetrics {
   int64_t running_ = 0;
   int64_t waiting_ = 0;
   double kv_usage_ = 0;
+  bool prefix_caching_ = false;
+  double prefix_queries_ = 0;
+  double prefix_hits_ = 0;
   double prompt_tokens_ = 0;  // Prometheus values are floats; doubles count exactly to 2^53
   double generation_tokens_ = 0;
   double success_stop_ = 0;

@@ -210,6 +210,9 @@ struct LogprobEntry {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens, as
+  // OpenAI and vLLM report it); nullopt when prefix caching is off.
+  std::optional<int64_t> cached_tokens;
 };
 
 // What ended a choice beyond the finish reason: vLLM's stop_reason (the stop string, or the stop

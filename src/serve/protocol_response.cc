@@ -255,7 +255,11 @@ Json usage_object(const Usage& usage, bool details_null) {
   out["prompt_tokens"] = usage.prompt_tokens;
   out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   out["completion_tokens"] = usage.completion_tokens;
-  if (details_null) out["prompt_tokens_details"] = nullptr;
+  if (usage.cached_tokens) {
+    out["prompt_tokens_details"] = Json{{"cached_tokens", *usage.cached_tokens}};
+  } else if (details_null) {
+    out["prompt_tokens_details"] = nullptr;
+  }
   return out;
 }
 

@@ -35,7 +35,7 @@ Engine::Request::Request(GenerateParams p, const Tokenizer* tokenizer)
 }
 
 std::span<const int32_t> Engine::Request::step_tokens() const {
-  if (needs_prefill) return std::span<const int32_t>(context);
+  if (needs_prefill) return std::span<const int32_t>(context).subspan(static_cast<size_t>(seq.length));
   return std::span<const int32_t>(&context.back(), 1);
 }
 

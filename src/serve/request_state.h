@@ -34,12 +34,14 @@ struct Engine::Request {
   bool needs_prefill = true;     // the cache does not hold context[0 .. size-1) yet
   bool prompt_logprobs_done = false;
   int64_t preemptions = 0;
+  int64_t cached_tokens = 0;     // prompt positions shared from the prefix cache (last admission)
   Clock::time_point submitted = Clock::now();
   Clock::time_point admitted;
   std::optional<Clock::time_point> first_token;
 
   int64_t output_count() const { return static_cast<int64_t>(context.size()) - prompt_len; }
-  // Tokens this step feeds: the whole context when (re)prefilling, else the last sampled id.
+  // Tokens this step feeds: the context past what the cache holds when (re)prefilling (all of it,
+  // unless a prefix came from the prefix cache), else the last sampled id.
   std::span<const int32_t> step_tokens() const;
 };
 

@@ -125,6 +125,8 @@ Server::Server(const models::Model& model, const Tokenizer* tokenizer, ServerOpt
   http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     const EngineStats stats = s.engine.stats();
     s.metrics.set_scheduler_state(stats.running, stats.waiting, stats.kv_usage());
+    s.metrics.set_prefix_cache(stats.prefix_caching, stats.prefix_cache_queries,
+                               stats.prefix_cache_hits);
     res.set_content(s.metrics.prometheus_text(s.options.served_model_names.front()),
                     "text/plain; version=0.0.4; charset=utf-8");
   });

@@ -82,6 +82,23 @@ TEST(BenchDatasetTest, RandomPromptsHaveExactLengthsAndIdsInRange) {
   EXPECT_THROW(random_dataset(1, 4, 4, 10, 0), InvalidArgument);
 }
 
+TEST(BenchDatasetTest, RandomPrefixIsSharedAndTheRestIsNot) {
+  const auto a = random_dataset(3, 20, 5, 1000, 7, /*prefix_len=*/12);
+  ASSERT_EQ(a.size(), 3u);
+  for (const auto& r : a) {
+    ASSERT_EQ(r.prompt.size(), 32u);
+    EXPECT_EQ(r.prompt_len, 32);
+  }
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(a[1].prompt[i], a[0].prompt[i]);
+    EXPECT_EQ(a[2].prompt[i], a[0].prompt[i]);
+  }
+  int differing = 0;
+  for (size_t i = 12; i < 32; ++i) differing += a[1].prompt[i] != a[0].prompt[i];
+  EXPECT_GT(differing, 15);  // 20 draws from 990 ids: a few coincidences at most
+  EXPECT_THROW(random_dataset(1, 4, 4, 100, 0, -1), InvalidArgument);
+}
+
 TEST(BenchDatasetTest, ArrivalTimes) {
   for (double t : arrival_times(5, INFINITY, 0)) EXPECT_EQ(t, 0);
   const auto times = arrival_times(50, 4.0, 3);

@@ -177,6 +177,45 @@ TEST_F(EngineTest, Fp8KvCacheHoldsFourTimesTheBlocksInTheSameBudget) {
   EXPECT_EQ(blocks_used_when_idle(fp8), 0);
 }
 
+// --enable-prefix-caching: a request whose prompt starts like a finished one's takes its full
+// blocks from the cache (never the last prompt token, whose logits it needs), reports them as
+// cached tokens, and generates what a cold engine generates; the counters add up.
+TEST_F(EngineTest, PrefixCachingReusesFinishedPromptsBlocks) {
+  const std::vector<int32_t> prompt = prompts(6)[5];  // 37 tokens: BOS + 36
+  ASSERT_EQ(prompt.size(), 37u);
+  EngineOptions options = with_max_len(256);
+  options.block_size = 8;
+  options.enable_prefix_caching = true;
+  Engine engine(*model_, tokenizer_, options);
+  EXPECT_TRUE(engine.stats().prefix_caching);
+  auto first = engine.submit(greedy(prompt, 12));
+  const std::vector<int32_t> cold = collect(*first);
+  EXPECT_EQ(first->summary().cached_tokens, 0);
+  EXPECT_EQ(cold, generate_alone(prompt, 12));
+
+  auto again = engine.submit(greedy(prompt, 12));
+  EXPECT_EQ(collect(*again), cold);
+  EXPECT_EQ(again->summary().cached_tokens, 32) << "4 full blocks of 8 (36 positions may be shared)";
+
+  // Same start, another ending: the blocks before the first difference.
+  std::vector<int32_t> other = prompt;
+  other[20] = other[20] == 5 ? 6 : 5;
+  auto third = engine.submit(greedy(other, 4));
+  EXPECT_EQ(collect(*third).size(), 4u);
+  EXPECT_EQ(third->summary().cached_tokens, 16);
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.prefix_cache_queries, 3 * 37);
+  EXPECT_EQ(stats.prefix_cache_hits, 32 + 16);
+  EXPECT_EQ(blocks_used_when_idle(engine), 0) << "parked prefix blocks count as free";
+
+  // Off (the default): no cached tokens reported at all.
+  Engine plain(*model_, tokenizer_, with_max_len(256));
+  auto r = plain.submit(greedy(prompt, 2));
+  collect(*r);
+  EXPECT_FALSE(r->summary().cached_tokens.has_value());
+  EXPECT_FALSE(plain.stats().prefix_caching);
+}
+
 TEST_F(EngineTest, CancelledRequestEndsAndFreesItsBlocks) {
   Engine engine(*model_, tokenizer_, with_max_len(512));
   auto stream = engine.submit(greedy(prompts(1)[0], 400));

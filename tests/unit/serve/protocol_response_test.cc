@@ -89,7 +89,7 @@ ResponseMeta read_meta(const Json& meta) {
                       meta["model"].get<std::string>()};
 }
 
-Usage read_usage(const Json& usage) { return Usage{usage[0].get<int64_t>(), usage[1].get<int64_t>()}; }
+Usage read_usage(const Json& usage) { return Usage{usage[0].get<int64_t>(), usage[1].get<int64_t>(), std::nullopt}; }
 
 ChunkUsage read_usage_field(const Json& field) {
   return ChunkUsage{field == "null", std::nullopt};
@@ -179,17 +179,20 @@ TEST(ProtocolResponseTest, EveryOpenaiFieldIsThereWithTheSameValue) {
 // The usage chunk is vLLM's exclude_none dump: no prompt_tokens_details; non-streaming usage
 // carries it as null.
 TEST(ProtocolResponseTest, UsageShapes) {
-  const Json chunk = usage_chunk({"id", 1, "m"}, Endpoint::CHAT, Usage{3, 4});
+  const Json chunk = usage_chunk({"id", 1, "m"}, Endpoint::CHAT, Usage{3, 4, std::nullopt});
   EXPECT_FALSE(chunk["usage"].contains("prompt_tokens_details"));
   EXPECT_EQ(chunk["usage"]["total_tokens"], 7);
-  EXPECT_TRUE(usage_json(Usage{3, 4})["prompt_tokens_details"].is_null());
+  EXPECT_TRUE(usage_json(Usage{3, 4, std::nullopt})["prompt_tokens_details"].is_null());
+  // With prefix caching on, the cached prompt tokens (OpenAI's and vLLM's field).
+  EXPECT_EQ(usage_json(Usage{3, 4, 2})["prompt_tokens_details"]["cached_tokens"], 2);
+  EXPECT_EQ(usage_json(Usage{3, 4, 0})["prompt_tokens_details"]["cached_tokens"], 0);
   ApiRequest request;
   EXPECT_FALSE(chunk_usage(request).present);
   request.include_usage = true;
   EXPECT_TRUE(chunk_usage(request).present);
-  EXPECT_FALSE(chunk_usage(request, Usage{1, 2}).value);  // only continuous_usage_stats adds totals
+  EXPECT_FALSE(chunk_usage(request, Usage{1, 2, std::nullopt}).value);  // only continuous_usage_stats adds totals
   request.continuous_usage_stats = true;
-  const Json running = chat_role_chunk({"id", 1, "m"}, 0, "assistant", chunk_usage(request, Usage{1, 2}));
+  const Json running = chat_role_chunk({"id", 1, "m"}, 0, "assistant", chunk_usage(request, Usage{1, 2, std::nullopt}));
   EXPECT_EQ(running["usage"]["total_tokens"], 3);
   const Json absent = chat_role_chunk({"id", 1, "m"}, 0, "assistant", ChunkUsage{});
   EXPECT_FALSE(absent.contains("usage"));
