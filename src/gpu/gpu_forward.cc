@@ -219,7 +219,7 @@ void upload_call_rope(Shard& im, const models::RopeFrequencies& freq, int64_t fi
 void decode_step(Shard& im, const Pass& p) {
   run_layers(im, p);
   im.lm_head.run_f32(*im.blas, im.buf_a.data() + (p.rows - 1) * im.hidden, 1, im.logits.data(),
-                     im.stream);
+                     im.stream, im.workspace.data(), im.workspace.bytes());
 }
 
 // Replays (capturing first if needed) the decode graph of p's bucket; false when graphs are off
@@ -340,12 +340,12 @@ void forward_shard(Shard& im, const GpuSequence::State& seq, std::span<const int
       for (int64_t r = 0; r < rows; r += im.logit_rows) {
         const int64_t block = std::min(im.logit_rows, rows - r);
         im.lm_head.run_f32(*im.blas, im.buf_a.data() + r * im.hidden, block, im.logits.data(),
-                           im.stream);
+                           im.stream, im.workspace.data(), im.workspace.bytes());
         copy_logits(im, im.logits.data(), block, out + (begin + r) * im.vocab);
       }
     } else if (last) {
       im.lm_head.run_f32(*im.blas, im.buf_a.data() + (rows - 1) * im.hidden, 1, im.logits.data(),
-                         im.stream);
+                         im.stream, im.workspace.data(), im.workspace.bytes());
       copy_logits(im, im.logits.data(), 1, out);
     }
   }

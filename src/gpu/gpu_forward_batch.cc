@@ -131,7 +131,7 @@ void forward_batch_shard(Shard& im, std::span<const ItemView> items, int64_t row
       for (int64_t r = 0; r < n; r += im.logit_rows) {
         const int64_t block = std::min(im.logit_rows, n - r);
         im.lm_head.run_f32(*im.blas, im.buf_a.data() + (first_row + r) * im.hidden, block,
-                           im.logits.data(), im.stream);
+                           im.logits.data(), im.stream, im.workspace.data(), im.workspace.bytes());
         copy_logits(im, im.logits.data(), block, it.out + r * im.vocab);
       }
     }
@@ -157,7 +157,7 @@ void forward_batch_shard(Shard& im, std::span<const ItemView> items, int64_t row
       }
     }
     im.lm_head.run_f32(*im.blas, im.buf_b.data(), static_cast<int64_t>(block), im.logits.data(),
-                       im.stream);
+                       im.stream, im.workspace.data(), im.workspace.bytes());
     bool any_argmax = false;
     for (size_t j = 0; j < block; ++j) {
       const ItemView& it = items[static_cast<size_t>(wanted[w + j])];

@@ -397,6 +397,12 @@ GpuLinear GpuLinear::lm_head(const models::Linear& linear, const Split& split,
                   "a quantized LM head input has no GPU kernel (fp32 logits)");
     }
     if (const kernels::IntWeights* iw = method->int_weights()) {
+      if (iw->bits == 4 || iw->bits == 8) {  // the wna16 kernel's widths: keep it packed
+        g.kind_ = Kind::WNA16;
+        g.wna16_ = std::make_unique<kc::Wna16GpuWeights>(kc::pack_wna16_for_gpu(
+            split.is_whole() ? *iw : slice_int_weights(*iw, split, "lm_head")));
+        return g;
+      }
       bits = dequantize_bits(*iw);
     } else if (const kernels::Fp8Weights* fw = method->fp8_weights()) {
       bits = dequantize_bits(*fw);
@@ -485,11 +491,19 @@ bool GpuLinear::uses_gemv(const uint16_t* x, int64_t m, int64_t x_stride) const 
          kc::gemv_bf16_vectorized(x, x_stride, k_, weight_ptr_);
 }
 
+size_t GpuLinear::workspace_bytes_f32(int64_t m) const {
+  return kind_ == Kind::WNA16 ? kc::wna16_workspace_bytes(m, *wna16_, kc::Wna16GpuPath::STREAM) : 0;
+}
+
 void GpuLinear::run_f32(kc::BlasLt& blas, const uint16_t* x, int64_t m, float* y,
-                        cudaStream_t stream) const {
-  LOWBIT_CHECK_AS(Internal, kind_ == Kind::DENSE, "GpuLinear::run_f32: not a dense layer");
-  kc::gemm_bf16_f32out(blas, x, m, k_, weight_ptr_, n_, y, stream,
-                       bias_f32_.size() > 0 ? bias_f32_.data() : nullptr);
+                        cudaStream_t stream, void* workspace, size_t workspace_bytes) const {
+  const float* bias = bias_f32_.size() > 0 ? bias_f32_.data() : nullptr;
+  if (kind_ == Kind::WNA16) {
+    kc::wna16_gemm_f32out(x, m, *wna16_, y, workspace, workspace_bytes, stream, bias);
+    return;
+  }
+  LOWBIT_CHECK_AS(Internal, kind_ == Kind::DENSE, "GpuLinear::run_f32: not a dense or wna16 layer");
+  kc::gemm_bf16_f32out(blas, x, m, k_, weight_ptr_, n_, y, stream, bias);
 }
 
 }  // namespace lowbit::gpu

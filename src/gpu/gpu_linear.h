@@ -65,9 +65,10 @@ class GpuLinear {
   // checkpoint's quantization) appear in Unsupported messages.
   static GpuLinear from(const models::Linear& linear, const Split& split, int rank,
                         const std::string& name, const std::string& method_name);
-  // The LM head (its vocabulary rows `split`): always a dense bf16 weight (quantized heads are
-  // dequantized: the logits stay fp32). `shared` non-null: use that device table (a tied
-  // embedding, cut to the same rows) instead of uploading.
+  // The LM head (its vocabulary rows `split`), with fp32 logits: a 4- or 8-bit weight-only head
+  // (W4A16 / W8A16, GGUF Q4_0 / Q8_0) stays packed for the wna16 kernel (a quarter / half of the
+  // bf16 bytes per decode step); any other quantized head is dequantized to bf16. `shared`
+  // non-null: use that device table (a tied embedding, cut to the same rows) instead of uploading.
   static GpuLinear lm_head(const models::Linear& linear, const Split& split,
                            const std::string& method_name, const uint16_t* shared);
   // A dense [n, k] layer of random bf16 weights made on the device (GpuModelOptions::random_weights).
@@ -85,14 +86,15 @@ class GpuLinear {
   size_t device_bytes() const;         // weights (and bias) read by one call
   bool shares_weight() const { return weight_ptr_ != nullptr && weight_.size() == 0; }
 
-  // Scratch run() needs for up to m rows.
+  // Scratch run() needs for up to m rows; run_f32() for up to m rows.
   size_t workspace_bytes(int64_t m) const;
+  size_t workspace_bytes_f32(int64_t m) const;
 
   void run(kernels::cuda::BlasLt& blas, const uint16_t* x, int64_t m, uint16_t* y,
            void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
-  // fp32 output (dense only): the LM head.
+  // fp32 output (dense, or wna16 built by lm_head): the LM head.
   void run_f32(kernels::cuda::BlasLt& blas, const uint16_t* x, int64_t m, float* y,
-               cudaStream_t stream) const;
+               cudaStream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) const;
 
  private:
   Kind kind_ = Kind::DENSE;

@@ -207,6 +207,7 @@ void allocate_scratch(Shard& im) {
       if (capped == im.options.max_seq_len) break;
     }
   }
+  ws = std::max(ws, im.lm_head.workspace_bytes_f32(t));
   im.workspace = kc::DeviceBuffer<uint8_t>(ws);
   im.attn_workspace = kc::DeviceBuffer<uint8_t>(attn_ws);
   const auto vocab_rows = static_cast<size_t>(std::max<int64_t>(im.vocab_rows, 1));
@@ -259,7 +260,7 @@ void summarize(Shard& im) {
   im.weight_bytes = bytes + (im.lm_head.shares_weight() ? 0 : im.embed.bytes());
   std::string s;
   for (const auto& [name, n] : kernels) s += (s.empty() ? "" : ", ") + name + " x " + std::to_string(n);
-  im.kernels_summary = s + ", lm_head bf16 -> fp32 logits";
+  im.kernels_summary = s + ", lm_head " + im.lm_head.kernel_name() + " -> fp32 logits";
 }
 
 void resolve_options(const models::ModelConfig& c, GpuModelOptions& o) {

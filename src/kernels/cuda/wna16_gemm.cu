@@ -330,4 +330,36 @@ void wna16_gemm(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, ui
   }
 }
 
+void wna16_gemm_f32out(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, float* y,
+                       void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                       const float* bias) {
+  const Wna16GpuLayout& L = weights.layout;
+  LOWBIT_CHECK(m >= 0, "wna16_gemm_f32out: m = " + std::to_string(m) + " is negative");
+  if (m == 0 || L.n == 0) return;
+  LOWBIT_CHECK(y != nullptr, "wna16_gemm_f32out: y is null");
+  LOWBIT_CHECK(L.k == 0 || x != nullptr, "wna16_gemm_f32out: x is null");
+  LOWBIT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(bias) % 4 == 0,
+               "wna16_gemm_f32out: x must be 16-byte aligned, y and bias 4-byte aligned");
+  const size_t need = wna16_workspace_bytes(m, weights, Wna16GpuPath::STREAM);
+  LOWBIT_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
+               "wna16_gemm_f32out: workspace of " + std::to_string(workspace_bytes) +
+                   " bytes, m = " + std::to_string(m) + " needs " + std::to_string(need));
+  const uint16_t* xp = x;
+  int64_t ldx = L.k;
+  if (L.gather_x) {
+    auto* gathered = static_cast<uint16_t*>(workspace);
+    detail::launch_wna16_gather(x, m, weights, gathered, stream);
+    xp = gathered;
+    ldx = L.padded_cols();
+  }
+  const int64_t launches = (m + detail::kWna16StreamMaxRows - 1) / detail::kWna16StreamMaxRows;
+  for (int64_t l = 0, i0 = 0; l < launches; ++l) {
+    const int64_t rows = (m - i0) / (launches - l);
+    detail::launch_wna16_stream_f32(xp ? xp + i0 * ldx : nullptr, ldx, rows, weights, bias,
+                                    y + i0 * L.n, stream);
+    i0 += rows;
+  }
+}
+
 }  // namespace lowbit::kernels::cuda

@@ -99,4 +99,13 @@ void wna16_gemm(const uint16_t* x_bf16, int64_t m, const Wna16GpuWeights& weight
                 void* workspace, size_t workspace_bytes, cudaStream_t stream,
                 const uint16_t* bias_bf16 = nullptr, Wna16GpuPath path = Wna16GpuPath::AUTO);
 
+// y [m, n] (fp32, unrounded) = x · dequant(W)ᵀ + bias [n] (fp32, may be null): the LM head of a
+// checkpoint that quantized it, whose logits sampling wants in fp32. Always the STREAM path (in
+// launches of 32 rows: a decode step's rows, or the last row of each prefilled sequence); the
+// accuracy is STREAM's without the final bf16 rounding. Workspace: wna16_workspace_bytes(m, w,
+// STREAM). Same argument errors as wna16_gemm (y 4-byte aligned).
+void wna16_gemm_f32out(const uint16_t* x_bf16, int64_t m, const Wna16GpuWeights& weights, float* y,
+                       void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                       const float* bias = nullptr);
+
 }  // namespace lowbit::kernels::cuda

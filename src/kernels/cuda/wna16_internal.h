@@ -53,6 +53,13 @@ Wna16HostPacked pack_wna16_host(const IntWeights& weights);
 // split; the benchmark's sweep), else it is chosen from the shape and the device.
 void launch_wna16_stream(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
                          const uint16_t* bias, uint16_t* y, cudaStream_t stream, int split_override = 0);
+// The same with fp32 bias (optional) and fp32 output y [m, n], unrounded.
+void launch_wna16_stream_f32(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
+                             const float* bias, float* y, cudaStream_t stream);
+// Both: bf16 bias / y, or (y_f32 non-null) fp32 ones.
+void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
+                             const uint16_t* bias, uint16_t* y, const float* bias_f32, float* y_f32,
+                             cudaStream_t stream, int split_override);
 
 // bf16 W rows [tile0·16, (tile0 + tiles)·16) dequantized into dst [tiles·16, k'] (row-major).
 void launch_wna16_dequant(const Wna16GpuWeights& w, int64_t tile0, int64_t tiles, uint16_t* dst,

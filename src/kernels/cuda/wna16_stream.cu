@@ -44,6 +44,9 @@ struct StreamParams {
   int m = 0;
   const uint16_t* bias = nullptr;
   uint16_t* y = nullptr;  // [m, n]
+  // Instead of bias / y: fp32 bias and fp32 output, unrounded (the LM head's logits).
+  const float* bias_f32 = nullptr;
+  float* y_f32 = nullptr;
   int64_t n = 0;
   int chunks = 0;
   int64_t padded_groups = 0;
@@ -309,6 +312,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const S
 
   auto store = [&](int64_t row, int col, float sum) {
     if (row < p.n && col < p.m) {
+      if (p.y_f32 != nullptr) {
+        if (p.bias_f32) sum += p.bias_f32[row];
+        p.y_f32[col * p.n + row] = sum;
+        return;
+      }
       if (p.bias) sum += __bfloat162float(__ushort_as_bfloat16(p.bias[row]));
       p.y[col * p.n + row] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
     }
@@ -448,6 +456,17 @@ void launch_bits(const StreamParams& p, int64_t steps_per_group, int64_t tiles, 
 
 void launch_wna16_stream(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
                          const uint16_t* bias, uint16_t* y, cudaStream_t stream, int split_override) {
+  launch_wna16_stream_any(x, ldx, m, w, bias, y, nullptr, nullptr, stream, split_override);
+}
+
+void launch_wna16_stream_f32(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
+                             const float* bias, float* y, cudaStream_t stream) {
+  launch_wna16_stream_any(x, ldx, m, w, nullptr, nullptr, bias, y, stream, 0);
+}
+
+void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
+                             const uint16_t* bias, uint16_t* y, const float* bias_f32, float* y_f32,
+                             cudaStream_t stream, int split_override) {
   const Wna16GpuLayout& L = w.layout;
   LOWBIT_CHECK_AS(Internal, m > 0 && m <= kWna16StreamMaxRows, "launch_wna16_stream: m out of range");
   LOWBIT_CHECK_AS(Internal, L.chunks == 0 || (x != nullptr && ldx % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0),
@@ -462,6 +481,8 @@ void launch_wna16_stream(const uint16_t* x, int64_t ldx, int64_t m, const Wna16G
   p.m = static_cast<int>(m);
   p.bias = bias;
   p.y = y;
+  p.bias_f32 = bias_f32;
+  p.y_f32 = y_f32;
   p.n = L.n;
   p.chunks = static_cast<int>(L.chunks);
   p.padded_groups = L.padded_groups;

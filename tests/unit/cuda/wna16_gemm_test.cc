@@ -358,6 +358,52 @@ TEST(Wna16Gpu, StreamMatchesReference) {
   EXPECT_EQ(failures, 0) << "over " << problems << " problems";
 }
 
+// wna16_gemm_f32out (the quantized LM head's fp32 logits) is the stream kernel's sum itself: its
+// bf16 rounding gives wna16_gemm's output bit for bit, and its fp32 bias is added to that sum in
+// fp32 (so y_bias - bias's own fp32 addition reproduces it exactly).
+TEST(Wna16Gpu, F32OutputIsTheStreamSumUnrounded) {
+  if (!device_available()) GTEST_SKIP() << "no CUDA device";
+  Rng rng(20261202);
+  int failures = 0, problems = 0;
+  for (int bits : {4, 8}) {
+    for (Shape shape : kDims) {
+      shape.bits = bits;
+      for (bool zeros : {false, true}) {
+        shape.zeros = zeros;
+        shape.g_idx = zeros && shape.group != 0;  // gathered x on half the cases
+        for (int64_t m : {1, 13, 33}) {
+          const Problem p = make_problem(shape, m, false, rng);
+          const Wna16GpuWeights packed = pack_wna16_for_gpu(p.w);
+          ++problems;
+          const std::vector<float> rounded = run_gpu(p, packed, Wna16GpuPath::STREAM);
+          std::vector<float> bias(static_cast<size_t>(shape.n));
+          for (float& b : bias) b = rng.signed_value() * 3.0f;
+          DeviceBuffer<uint16_t> x{std::span<const uint16_t>(p.x_bits)};
+          DeviceBuffer<float> dbias{std::span<const float>(bias)};
+          DeviceBuffer<float> y(static_cast<size_t>(m * shape.n)), yb(y.size());
+          DeviceBuffer<uint8_t> ws(wna16_workspace_bytes(m, packed, Wna16GpuPath::STREAM));
+          wna16_gemm_f32out(x.data(), m, packed, y.data(), ws.data(), ws.size(), nullptr);
+          wna16_gemm_f32out(x.data(), m, packed, yb.data(), ws.data(), ws.size(), nullptr,
+                            dbias.data());
+          LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+          const std::vector<float> sums = y.download(), with_bias = yb.download();
+          for (size_t o = 0; o < sums.size(); ++o) {
+            const float b = bias[o % static_cast<size_t>(shape.n)];
+            const bool ok = bf16_to_f32(f32_to_bf16(sums[o])) == rounded[o] &&
+                            with_bias[o] == sums[o] + b;
+            if (!ok && ++failures <= 5) {
+              ADD_FAILURE() << describe(shape, m) << ": y[" << o << "] fp32 " << sums[o]
+                            << " (with bias " << with_bias[o] << ", bias " << b << "), bf16 path "
+                            << rounded[o];
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << "over " << problems << " problems";
+}
+
 // Many chunks per warp (the register ring wraps, groups straddle the warps' shares of k).
 TEST(Wna16Gpu, StreamMatchesReferenceOnLongRows) {
   if (!device_available()) GTEST_SKIP() << "no CUDA device";

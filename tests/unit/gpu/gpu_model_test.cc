@@ -241,25 +241,30 @@ TEST_F(GpuRefLlamaTest, ReportsWhatItRuns) {
 // ---------------------------------------------------------------------------------------------
 // A W4A16 checkpoint: the GPU's wna16 kernels against the CPU's on the same int4 weights.
 
-// Quantized once per scheme (RTN) into the build tree.
-fs::path w4a16_dir(const std::string& scheme) {
+// Quantized once per scheme (RTN) into the build tree; with_head: lm_head too (--ignore "").
+fs::path w4a16_dir(const std::string& scheme, bool with_head = false) {
   static std::map<std::string, fs::path> made;
-  if (made.count(scheme) != 0) return made[scheme];
-  const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "gpu-scratch" / scheme;
+  const std::string key = scheme + (with_head ? "-head" : "");
+  if (made.count(key) != 0) return made[key];
+  const fs::path out = fs::path(LOWBIT_BINARY_DIR) / "gpu-scratch" / key;
   fs::remove_all(out);
   const auto r = run_lowbit("quantize '" + kModelDir.string() + "' -o '" + out.string() +
-                            "' --scheme " + scheme + " --algo rtn --no-progress");
+                            "' --scheme " + scheme + " --algo rtn --no-progress" +
+                            (with_head ? " --ignore ''" : ""));
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  return made[scheme] = out;
+  return made[key] = out;
 }
 
 // q/k/v and gate/up run as one fused W4A16 layer each (rows concatenated, one launch): a wrong row
 // order, scale or zero point of a part would move the logits far outside compare_rows' bound.
 // W4A16 (symmetric) and W4A16_ASYM (zero points) take different dequantization paths.
-void expect_w4a16_logits_match_the_cpu(const std::string& scheme) {
-  auto cpu = load_model_for_gpu(w4a16_dir(scheme).string(), {}, 0);
+// with_head: the LM head is W4A16 too and runs packed on the wna16 kernel with fp32 logits.
+void expect_w4a16_logits_match_the_cpu(const std::string& scheme, bool with_head = false) {
+  auto cpu = load_model_for_gpu(w4a16_dir(scheme, with_head).string(), {}, 0);
   auto gpu = GpuModel::load(*cpu);
   EXPECT_NE(gpu->describe().find("wna16 (w4a16) fused"), std::string::npos) << gpu->describe();
+  EXPECT_EQ(gpu->describe().find("lm_head wna16 (w4a16)") != std::string::npos, with_head)
+      << gpu->describe();
   const auto golden = formats::SafetensorsFile::open(
       (kSourceDir / "tests/golden/ref-llama-19m/reference_logits.safetensors").string());
   const int64_t vocab = cpu->config().vocab_size;
@@ -293,6 +298,11 @@ TEST(GpuW4a16Test, LogitsMatchTheCpuOnTheSameQuantizedWeights) {
 TEST(GpuW4a16Test, AsymmetricLogitsMatchTheCpu) {
   SKIP_WITHOUT_DEVICE();
   expect_w4a16_logits_match_the_cpu("W4A16_ASYM");
+}
+
+TEST(GpuW4a16Test, QuantizedLmHeadLogitsMatchTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  expect_w4a16_logits_match_the_cpu("W4A16", /*with_head=*/true);
 }
 
 // FP8 W8A8 (online fp8_per_channel: per-channel e4m3 weights, dynamic per-token e4m3 inputs): q/k/v
