@@ -281,50 +281,83 @@ size_t wna16_workspace_bytes(int64_t m, const Wna16GpuWeights& weights, Wna16Gpu
   return bytes;
 }
 
+namespace {
+
+// The argument checks both entry points share (fn names the caller; y_align: its element size).
+// False when there is nothing to do (m == 0 or no output features).
+bool check_call(const char* fn, const uint16_t* x, int64_t m, const Wna16GpuWeights& weights,
+                const void* y, const void* bias, uintptr_t y_align, void* workspace,
+                size_t workspace_bytes, Wna16GpuPath path) {
+  const std::string f = fn;
+  const Wna16GpuLayout& L = weights.layout;
+  LOWBIT_CHECK(m >= 0, f + ": m = " + std::to_string(m) + " is negative");
+  if (m == 0 || L.n == 0) return false;
+  LOWBIT_CHECK(y != nullptr, f + ": y is null");
+  LOWBIT_CHECK(L.k == 0 || x != nullptr, f + ": x is null");
+  LOWBIT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(y) % y_align == 0 &&
+                   reinterpret_cast<uintptr_t>(bias) % y_align == 0,
+               f + ": x must be 16-byte aligned, y and bias " + std::to_string(y_align) +
+                   "-byte aligned");
+  const size_t need = wna16_workspace_bytes(m, weights, path);
+  LOWBIT_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
+               f + ": workspace of " + std::to_string(workspace_bytes) + " bytes, m = " +
+                   std::to_string(m) + " needs " + std::to_string(need));
+  return true;
+}
+
+// x in the kernels' column order: gathered into the workspace's start when the layout asks.
+struct PackedX {
+  const uint16_t* x;
+  int64_t ldx;
+  char* rest;  // the workspace after the gathered copy
+};
+PackedX packed_x(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, void* workspace,
+                 cudaStream_t stream) {
+  const Wna16GpuLayout& L = weights.layout;
+  auto* scratch = static_cast<char*>(workspace);
+  if (!L.gather_x) return {x, L.k, scratch};
+  auto* gathered = reinterpret_cast<uint16_t*>(scratch);
+  detail::launch_wna16_gather(x, m, weights, gathered, stream);
+  return {gathered, L.padded_cols(), scratch + gather_bytes(m, L)};
+}
+
+// The stream kernel over m rows: launches of at most 32 rows (each streams the weights once), as
+// even as possible; launch(first_row, rows) issues one.
+template <typename Launch>
+void stream_launches(int64_t m, Launch launch) {
+  const int64_t launches = (m + detail::kWna16StreamMaxRows - 1) / detail::kWna16StreamMaxRows;
+  for (int64_t l = 0, i0 = 0; l < launches; ++l) {
+    const int64_t rows = (m - i0) / (launches - l);
+    launch(i0, rows);
+    i0 += rows;
+  }
+}
+
+}  // namespace
+
 void wna16_gemm(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, uint16_t* y,
                 void* workspace, size_t workspace_bytes, cudaStream_t stream, const uint16_t* bias,
                 Wna16GpuPath path) {
+  if (!check_call("wna16_gemm", x, m, weights, y, bias, 2, workspace, workspace_bytes, path)) return;
   const Wna16GpuLayout& L = weights.layout;
-  LOWBIT_CHECK(m >= 0, "wna16_gemm: m = " + std::to_string(m) + " is negative");
-  if (m == 0 || L.n == 0) return;
-  LOWBIT_CHECK(y != nullptr, "wna16_gemm: y is null");
-  LOWBIT_CHECK(L.k == 0 || x != nullptr, "wna16_gemm: x is null");
-  LOWBIT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 2 == 0 &&
-                   reinterpret_cast<uintptr_t>(bias) % 2 == 0,
-               "wna16_gemm: x must be 16-byte aligned, y and bias 2-byte aligned");
-  const size_t need = wna16_workspace_bytes(m, weights, path);
-  LOWBIT_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
-               "wna16_gemm: workspace of " + std::to_string(workspace_bytes) + " bytes, m = " +
-                   std::to_string(m) + " needs " + std::to_string(need));
   path = resolve(path, m, weights);
-  auto* scratch = static_cast<char*>(workspace);
-  const uint16_t* xp = x;
-  int64_t ldx = L.k;
-  if (L.gather_x) {
-    auto* gathered = reinterpret_cast<uint16_t*>(scratch);
-    detail::launch_wna16_gather(x, m, weights, gathered, stream);
-    xp = gathered;
-    ldx = L.padded_cols();
-    scratch += gather_bytes(m, L);
-  }
+  const PackedX px = packed_x(x, m, weights, workspace, stream);
   if (path == Wna16GpuPath::STREAM) {
-    // Launches of at most 32 rows (each streams the weights once), as even as possible.
-    const int64_t launches = (m + detail::kWna16StreamMaxRows - 1) / detail::kWna16StreamMaxRows;
-    for (int64_t l = 0, i0 = 0; l < launches; ++l) {
-      const int64_t rows = (m - i0) / (launches - l);
-      detail::launch_wna16_stream(xp ? xp + i0 * ldx : nullptr, ldx, rows, weights, bias, y + i0 * L.n, stream);
-      i0 += rows;
-    }
+    stream_launches(m, [&](int64_t i0, int64_t rows) {
+      detail::launch_wna16_stream(px.x ? px.x + i0 * px.ldx : nullptr, px.ldx, rows, weights, bias,
+                                  y + i0 * L.n, stream);
+    });
     return;
   }
   const int64_t slice = detail::slice_tiles(L);
-  auto* dequantized = reinterpret_cast<uint16_t*>(scratch);
-  void* lt_workspace = scratch + detail::align_up(static_cast<size_t>(slice * 16 * L.padded_cols() * 2));
+  auto* dequantized = reinterpret_cast<uint16_t*>(px.rest);
+  void* lt_workspace = px.rest + detail::align_up(static_cast<size_t>(slice * 16 * L.padded_cols() * 2));
   for (int64_t tile0 = 0; tile0 * 16 < L.n; tile0 += slice) {
     const int64_t tiles = std::min(slice, L.tiles - tile0);
     const int64_t rows = std::min(tiles * 16, L.n - tile0 * 16);
     detail::launch_wna16_dequant(weights, tile0, tiles, dequantized, stream);
-    detail::lt_bf16_gemm(xp, ldx, m, dequantized, L.padded_cols(), rows, L.padded_cols(),
+    detail::lt_bf16_gemm(px.x, px.ldx, m, dequantized, L.padded_cols(), rows, L.padded_cols(),
                          bias ? bias + tile0 * 16 : nullptr, y + tile0 * 16, L.n, lt_workspace,
                          detail::kWna16LtWorkspaceBytes, stream);
   }
@@ -333,33 +366,15 @@ void wna16_gemm(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, ui
 void wna16_gemm_f32out(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, float* y,
                        void* workspace, size_t workspace_bytes, cudaStream_t stream,
                        const float* bias) {
-  const Wna16GpuLayout& L = weights.layout;
-  LOWBIT_CHECK(m >= 0, "wna16_gemm_f32out: m = " + std::to_string(m) + " is negative");
-  if (m == 0 || L.n == 0) return;
-  LOWBIT_CHECK(y != nullptr, "wna16_gemm_f32out: y is null");
-  LOWBIT_CHECK(L.k == 0 || x != nullptr, "wna16_gemm_f32out: x is null");
-  LOWBIT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 4 == 0 &&
-                   reinterpret_cast<uintptr_t>(bias) % 4 == 0,
-               "wna16_gemm_f32out: x must be 16-byte aligned, y and bias 4-byte aligned");
-  const size_t need = wna16_workspace_bytes(m, weights, Wna16GpuPath::STREAM);
-  LOWBIT_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
-               "wna16_gemm_f32out: workspace of " + std::to_string(workspace_bytes) +
-                   " bytes, m = " + std::to_string(m) + " needs " + std::to_string(need));
-  const uint16_t* xp = x;
-  int64_t ldx = L.k;
-  if (L.gather_x) {
-    auto* gathered = static_cast<uint16_t*>(workspace);
-    detail::launch_wna16_gather(x, m, weights, gathered, stream);
-    xp = gathered;
-    ldx = L.padded_cols();
+  if (!check_call("wna16_gemm_f32out", x, m, weights, y, bias, 4, workspace, workspace_bytes,
+                  Wna16GpuPath::STREAM)) {
+    return;
   }
-  const int64_t launches = (m + detail::kWna16StreamMaxRows - 1) / detail::kWna16StreamMaxRows;
-  for (int64_t l = 0, i0 = 0; l < launches; ++l) {
-    const int64_t rows = (m - i0) / (launches - l);
-    detail::launch_wna16_stream_f32(xp ? xp + i0 * ldx : nullptr, ldx, rows, weights, bias,
-                                    y + i0 * L.n, stream);
-    i0 += rows;
-  }
+  const PackedX px = packed_x(x, m, weights, workspace, stream);
+  stream_launches(m, [&](int64_t i0, int64_t rows) {
+    detail::launch_wna16_stream_f32(px.x ? px.x + i0 * px.ldx : nullptr, px.ldx, rows, weights,
+                                    bias, y + i0 * weights.layout.n, stream);
+  });
 }
 
 }  // namespace lowbit::kernels::cuda

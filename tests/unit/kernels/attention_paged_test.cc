@@ -73,6 +73,18 @@ struct Heads {
   int heads, kv_heads, head_dim;
 };
 
+AttentionShape shape_of(const Heads& h, int64_t queries, int64_t past, int64_t window) {
+  AttentionShape s;
+  s.queries = queries;
+  s.past = past;
+  s.heads = h.heads;
+  s.kv_heads = h.kv_heads;
+  s.head_dim = h.head_dim;
+  s.window = window;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+  return s;
+}
+
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -95,14 +107,7 @@ TEST(AttentionPagedTest, BitIdenticalToContiguous) {
         const auto k = random_vector(static_cast<size_t>(context * row), ++seed, 2.0f);
         const auto v = random_vector(static_cast<size_t>(context * row), ++seed, 1.0f);
         for (const int64_t window : windows) {
-          AttentionShape s;
-          s.queries = queries;
-          s.past = past;
-          s.heads = h.heads;
-          s.kv_heads = h.kv_heads;
-          s.head_dim = h.head_dim;
-          s.window = window;
-          s.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+          const AttentionShape s = shape_of(h, queries, past, window);
           std::vector<float> expected(q.size(), -7.0f);
           attention(q.data(), k.data(), v.data(), s, expected.data());
           ASSERT_TRUE(std::all_of(expected.begin(), expected.end(),
@@ -235,14 +240,7 @@ TEST(AttentionPagedTest, Fp8CodesEqualTheDecodedValuesBitwise) {
           const auto q =
               random_vector(static_cast<size_t>(queries * h.heads * h.head_dim), ++seed, 0.3f);
           for (const int64_t window : {0, 7}) {
-            AttentionShape s;
-            s.queries = queries;
-            s.past = past;
-            s.heads = h.heads;
-            s.kv_heads = h.kv_heads;
-            s.head_dim = h.head_dim;
-            s.window = window;
-            s.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+            const AttentionShape s = shape_of(h, queries, past, window);
             std::vector<float> expected(q.size(), -7.0f);
             attention(q.data(), k.data(), v.data(), s, expected.data());
             ASSERT_TRUE(std::all_of(expected.begin(), expected.end(),
