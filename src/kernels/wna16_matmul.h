@@ -50,9 +50,12 @@ enum class Wna16Kernel : uint8_t {
   SCALAR,          // portable C++
   AVX2,            // AVX2 + FMA + F16C; weights decoded to fp32 exactly as ref
   AVX512,          // AVX-512 F/BW/VL/DQ; weights decoded to fp32 exactly as ref
-  // Decode (streaming) path of 2..4-bit weights with m <= 8 only: x rounded to bf16 (nearest
-  // even) and multiplied by the exact integer codes with vdpbf16ps, |Δy| <= 2^-9·Σ|w·x| beyond
-  // fp32 summation; larger m and wider codes run the AVX512 kernel. Needs AVX512_BF16.
+  // 2..4-bit weights only (wider codes run the AVX512 kernel). Decode (streaming path, m <= 8):
+  // x rounded to bf16 (nearest even) and multiplied by the exact integer codes with vdpbf16ps,
+  // |Δy| <= 2^-9·Σ|w·x| beyond fp32 summation; streaming with more rows is the AVX512 kernel's.
+  // Prefill (blocked path): x and the dequantized weights (q - z)·s both rounded to bf16, exact
+  // products summed in fp32 (|Δy| <= ~2^-8·Σ|w·x|: a bf16 model's precision), ~1.7x the fp32
+  // blocked rate. Needs AVX512_BF16.
   AVX512_BF16DOT,
 };
 

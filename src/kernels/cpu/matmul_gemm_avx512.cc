@@ -251,6 +251,10 @@ BlockedKernel blocked_kernel_avx512() {
   return BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<false>, nullptr, pack_x<false>};
 }
 
+BlockedKernel blocked_kernel_bf16_dot_avx512() {
+  return BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<true>, nullptr, pack_x<true>};
+}
+
 void gemm_avx512(const MatmulArgs& args) {
   run_blocked(args, BlockedKernel{kMr, kNr, kKc, kNc, micro_kernel<false>, pack_for(args.w_dtype),
                                   pack_x<false>});

@@ -79,6 +79,9 @@ void run_blocked(const MatmulArgs& args, const BlockedKernel& kernel);
 BlockedKernel blocked_kernel_scalar();
 BlockedKernel blocked_kernel_avx2();
 BlockedKernel blocked_kernel_avx512();
+// The AVX-512 bf16-dot blocking (x packed as bf16 pairs, one vdpbf16ps per two k; pack left null:
+// the weight format's PackWeights must write bf16 pairs). Needs AVX512_BF16.
+BlockedKernel blocked_kernel_bf16_dot_avx512();
 
 // y for rows [rows) of W and all m rows of x; xp holds x packed by pack_activation_rows.
 using StreamingRows = void (*)(const MatmulArgs& args, Range rows, const float* xp,

@@ -282,4 +282,32 @@ void wna16_pack_panels_avx512(const MatmulArgs& args, int64_t row0, int64_t rows
   }
 }
 
+void wna16_pack_pairs_avx512(const MatmulArgs& args, int64_t row0, int64_t rows, int64_t k0,
+                             int64_t kc, int nr, float* dst) {
+  const auto& w = *static_cast<const Wna16Layout*>(args.w);
+  for (int64_t panel_row = 0; panel_row < rows; panel_row += nr) {
+    for (int half = 0; half < nr / 16; ++half) {
+      const int64_t first = panel_row + 16 * half;
+      const int64_t valid = min64(16, rows - first);
+      for (int64_t cb = k0 / kWna16BlockCols; cb < (k0 + kc) / kWna16BlockCols; ++cb) {
+        __m512 v[16];  // row i: its 32 columns as 16 bf16 pairs (2u, 2u + 1)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+          if (i < valid) {
+            __m512 lo, hi;
+            decode_block(w, row0 + first + i, cb, lo, hi);
+            v[i] = _mm512_castsi512_ps((__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+          } else {
+            v[i] = _mm512_setzero_ps();
+          }
+        }
+        transpose16(v);  // v[u]: pair u of the 16 rows
+        float* out = dst + (cb * kWna16BlockCols - k0) / 2 * nr + 16 * half;
+        for (int u = 0; u < 16; ++u) _mm512_store_ps(out + u * nr, v[u]);
+      }
+    }
+    dst += kc * nr;  // the driver's panel stride (only the first half is used)
+  }
+}
+
 }  // namespace lowbit::kernels::cpu::detail

@@ -187,9 +187,14 @@ void run_blocked(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64
   detail::BlockedKernel blocked;
   switch (kernel) {
     case Wna16Kernel::AVX512:
-    case Wna16Kernel::AVX512_BF16DOT:
       blocked = detail::blocked_kernel_avx512();
       blocked.pack = detail::wna16_pack_panels_avx512;
+      break;
+    case Wna16Kernel::AVX512_BF16DOT:
+      // x and the dequantized weights rounded to bf16, two k per vdpbf16ps: ~1.7x the fp32
+      // blocked kernel's rate (bench/NOTES.md), with transformers' bf16 weights' precision.
+      blocked = detail::blocked_kernel_bf16_dot_avx512();
+      blocked.pack = detail::wna16_pack_pairs_avx512;
       break;
     case Wna16Kernel::AVX2:
       blocked = detail::blocked_kernel_avx2();

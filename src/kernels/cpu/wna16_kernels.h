@@ -120,6 +120,11 @@ void wna16_pack_panels_scalar(const MatmulArgs& args, int64_t row0, int64_t rows
                               int64_t kc, int nr, float* dst);
 void wna16_pack_panels_avx512(const MatmulArgs& args, int64_t row0, int64_t rows, int64_t k0,
                               int64_t kc, int nr, float* dst);
+// The same weights for the bf16-dot blocked kernel (blocked_kernel_bf16_dot_avx512): each
+// dequantized value rounded to bf16 (nearest even) and stored as bf16 pairs (k, k + 1), the layout
+// of the dense bf16-dot path (matmul_gemm_avx512.cc's pack_weight_pairs).
+void wna16_pack_pairs_avx512(const MatmulArgs& args, int64_t row0, int64_t rows, int64_t k0,
+                             int64_t kc, int nr, float* dst);
 
 // ---- ISA-neutral helpers (wna16_common.cc) -----------------------------------------------------
 

@@ -124,6 +124,15 @@ Tensor probe_weight(int64_t rows, int64_t cols,
   return Tensor::from_f32(w.data(), {rows, cols}, DType::F32);
 }
 
+// The fastest wna16 kernel this CPU runs that keeps weights and inputs in fp32.
+kernels::cpu::Wna16Kernel exact_wna16_kernel() {
+  using kernels::cpu::Wna16Kernel;
+  for (Wna16Kernel k : {Wna16Kernel::AVX512, Wna16Kernel::AVX2}) {
+    if (kernels::cpu::wna16_kernel_supported(k)) return k;
+  }
+  return Wna16Kernel::SCALAR;
+}
+
 std::vector<float> dequantize_int(const kernels::IntWeights& w) {
   std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
   for (int64_t r = 0; r < w.rows; ++r) {
@@ -179,7 +188,10 @@ void KernelLinear::finish_int(const LayerParams& layer, kernels::IntWeights weig
             : std::vector<Family>{Family::Wna16, Family::Dequant};
   select(layer, chain, [&](Family f) {
     if (f == Family::Wna16) {
-      s.wna16 = kernels::pack_wna16(weights);
+      // Emulated input quantization (W4AFP8) keeps the kernels that compute in fp32: rounding its
+      // fp8-grid inputs to bf16 (the bf16-dot kernel) would move them off the grid it emulates.
+      s.wna16 = input ? kernels::cpu::pack_wna16_with(exact_wna16_kernel(), weights)
+                      : kernels::pack_wna16(weights);
       s.name = s.wna16->kernel_name();
     } else if (f == Family::W8a8) {
       s.int8_act = int8_activations(*input);
@@ -257,8 +269,10 @@ Tensor KernelLinear::dequantized_weight() const {
   const State& s = *state_;
   switch (s.family) {
     case Family::Wna16:
+      // The streaming path: it keeps (q - z) · s in fp32 on every kernel (the bf16-dot kernel's
+      // blocked path rounds the weights to bf16, which a probe would read back).
       return probe_weight(s.rows, s.cols, [&](const float* x, int64_t m, float* y) {
-        kernels::matmul_wna16(x, m, *s.wna16, nullptr, y);
+        kernels::cpu::matmul_wna16_with(kernels::cpu::MatmulPath::STREAMING, x, m, *s.wna16, nullptr, y);
       });
     case Family::Fp8:
       return probe_weight(s.rows, s.cols, [&](const float* x, int64_t m, float* y) {

@@ -103,6 +103,9 @@ struct Problem {
   std::vector<float> x, x_bf16, bias;
   std::vector<float> y_ref, y_ref_bf16;  // ref on x, ref on bf16(x)
   std::vector<double> magnitude, magnitude_fold;
+  // Σ bf16(w)·bf16(x) + b in double, w = ref's fp32 (q - z)·s, and Σ|bf16(w)·bf16(x)| + |b|: the
+  // bf16-dot kernel's blocked path (both operands rounded to bf16, exact products, fp32 sums).
+  std::vector<double> y_bf16wx, magnitude_bf16wx;
 };
 
 // fp16_scales: every scale rounded to an fp16 number (which the packing then stores as fp16).
@@ -133,18 +136,33 @@ Problem make_problem(const Shape& shape, int64_t m, bool with_bias, Rng& rng,
   const double z0 = static_cast<double>(1 << (shape.bits - 1));
   p.magnitude.assign(p.y_ref.size(), 0.0);
   p.magnitude_fold.assign(p.y_ref.size(), 0.0);
+  p.y_bf16wx.assign(p.y_ref.size(), 0.0);
+  p.magnitude_bf16wx.assign(p.y_ref.size(), 0.0);
   for (int64_t r = 0; r < shape.rows; ++r) {
     for (int64_t c = 0; c < shape.cols; ++c) {
       const int64_t g = p.w.group_of(c);
       const float q = static_cast<float>(p.w.codes[static_cast<size_t>(r * shape.cols + c)]);
       const float s = p.w.scales[static_cast<size_t>(r * groups + g)];
-      const double weight = std::fabs((q - p.w.zero(r, g)) * s);
+      const float w = (q - p.w.zero(r, g)) * s;  // ref's fp32 operations
+      const double weight = std::fabs(w);
+      const double w16 = bf16_to_f32(f32_to_bf16(w));
       const double fold = s * (std::fabs(q - z0) + std::fabs(p.w.zero(r, g) - z0));
       for (int64_t i = 0; i < m; ++i) {
-        const double ax = std::fabs(p.x[static_cast<size_t>(i * shape.cols + c)]);
-        p.magnitude[static_cast<size_t>(i * shape.rows + r)] += weight * ax;
-        p.magnitude_fold[static_cast<size_t>(i * shape.rows + r)] += fold * ax;
+        const auto o = static_cast<size_t>(i * shape.rows + r);
+        const double xv = p.x[static_cast<size_t>(i * shape.cols + c)];
+        const double x16 = p.x_bf16[static_cast<size_t>(i * shape.cols + c)];
+        p.magnitude[o] += weight * std::fabs(xv);
+        p.magnitude_fold[o] += fold * std::fabs(xv);
+        p.y_bf16wx[o] += w16 * x16;
+        p.magnitude_bf16wx[o] += std::fabs(w16 * x16);
       }
+    }
+  }
+  if (with_bias) {
+    for (size_t o = 0; o < p.y_bf16wx.size(); ++o) {
+      const double b = p.bias[o % static_cast<size_t>(shape.rows)];
+      p.y_bf16wx[o] += b;
+      p.magnitude_bf16wx[o] += std::fabs(b);
     }
   }
   return p;
@@ -171,14 +189,39 @@ int check_all_kernels(const Problem& p) {
     // The group-16 layout's kernel (5..6 bits, groups of 16) rounds x on every path.
     const bool g16 = std::string(packed->kernel_name()) == "wna16_g16_avx512_bf16dot";
     const bool bf16_kernel = kernel == Wna16Kernel::AVX512_BF16DOT && (s.bits <= 4 || g16);
+    // Its blocked path (the general layout, 2..4 bits: wider codes run the exact AVX-512 kernel)
+    // rounds both x and the dequantized weights to bf16.
+    const bool bf16_blocked = std::string(packed->kernel_name()) == "wna16_avx512_bf16dot";
     for (MatmulPath path : {MatmulPath::AUTO, MatmulPath::STREAMING, MatmulPath::BLOCKED}) {
       std::vector<float> y(p.y_ref.size(), std::nanf(""));
       cpu::matmul_wna16_with(path, p.x.data(), p.m, *packed, bias, y.data());
       const bool maybe_bf16 = bf16_kernel && (path != MatmulPath::BLOCKED || g16);
+      const bool maybe_bf16wx = bf16_blocked && path != MatmulPath::STREAMING;
       for (size_t o = 0; o < y.size(); ++o) {
         const double b = bias ? std::fabs(bias[o % static_cast<size_t>(s.rows)]) : 0.0;
         double tolerance = 2.0 * gamma(padded_k + 1) * (p.magnitude[o] + b);
         double want = p.y_ref[o];
+        if (maybe_bf16wx && (path == MatmulPath::BLOCKED || !(std::fabs(y[o] - want) <= tolerance))) {
+          // Exact products of bf16 operands summed in fp32 (k additions; the driver adds the
+          // bias in fp32 once more), and the contract against fp32 operands: each product off by
+          // at most 2^-9 + 2^-9 + 2^-18 of |w·x|.
+          const double tol16 = 2.0 * gamma(padded_k + 2) * p.magnitude_bf16wx[o];
+          const double contract = tol16 + std::ldexp(1.0, -8) * 1.01 * p.magnitude[o] +
+                                  2.0 * gamma(padded_k + 1) * (p.magnitude[o] + b);
+          if (std::fabs(y[o] - p.y_bf16wx[o]) <= tol16 + 1e-30 &&
+              std::fabs(y[o] - p.y_ref[o]) <= contract) {
+            continue;
+          }
+          if (path == MatmulPath::BLOCKED) {
+            if (++failures <= 5) {
+              ADD_FAILURE() << cpu::wna16_kernel_name(kernel) << "/" << path_name(path) << " "
+                            << describe(s, p.m) << (bias ? " bias" : "") << ": y[" << o / s.rows
+                            << "][" << o % s.rows << "] = " << y[o] << ", bf16 ref "
+                            << p.y_bf16wx[o] << ", ref " << p.y_ref[o] << ", tolerance " << tol16;
+            }
+            continue;
+          }
+        }
         if (maybe_bf16 && !(std::fabs(y[o] - want) <= tolerance)) {
           tolerance = 2.0 * gamma(padded_k + 2.0 * groups + 9) * (p.magnitude_fold[o] + p.magnitude[o] + b);
           want = p.y_ref_bf16[o];

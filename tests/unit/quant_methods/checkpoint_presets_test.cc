@@ -42,9 +42,15 @@ struct Case {
   // kernels: summation order only, ~1e-3 on logits of magnitude 10-20. Quantized inputs: a value
   // that lands on a rounding boundary can flip one activation code (an int8 or fp8 step), which
   // this model amplifies to a few tenths in the worst logit; perplexity stays within 0.2%.
+  // Weight-only 2-4-bit layers on the bf16-dot kernel (wna16_avx512_bf16dot) round x, and on its
+  // prefill path the dequantized weights, to bf16: a bf16 forward's precision, which on this
+  // model moves logits by up to 0.047 from the fp32 forward for either operand
+  // (quant_formats_test.cc), so kBf16Arithmetic = 0.1 for both; perplexity moves by ~2e-5.
   double logit_tolerance;
   double ppl_tolerance;
 };
+
+constexpr double kBf16Arithmetic = 0.1;
 
 constexpr double kWeightOnly = 0.01, kQuantizedInputs = 0.6;
 const Case kCases[] = {
@@ -141,7 +147,10 @@ TEST_P(PresetCheckpoint, LoadsRunsAndMatchesTheReference) {
   EXPECT_EQ(fast->quantization(), "compressed-tensors (checkpoint)");
   const double ppl = perplexity(*fast);
   const double dlogit = max_abs_diff(logits(*fast), logits(*exact));
-  EXPECT_LE(dlogit, c.logit_tolerance) << c.preset;
+  const bool bf16_kernels =
+      fast->weights().layers[0].mlp.down.method->kernel_name() == "wna16_avx512_bf16dot";
+  EXPECT_LE(dlogit, bf16_kernels ? std::max(c.logit_tolerance, kBf16Arithmetic) : c.logit_tolerance)
+      << c.preset;
   EXPECT_LT(std::abs(ppl / exact_ppl - 1.0), c.ppl_tolerance)
       << c.preset << ": kernels " << ppl << " vs fp32 reference " << exact_ppl;
   // Against the reported (bf16-weight) perplexity the kernels may differ by what rounding the
