@@ -252,8 +252,15 @@ void wna16_gemv_avx512(const Wna16Args& a, Range tiles) {
   }
 }
 
-void wna16_pack_panels_avx512(const MatmulArgs& args, int64_t row0, int64_t rows, int64_t k0,
-                              int64_t kc, int nr, float* dst) {
+namespace {
+
+// The blocked path's weight panels of nr rows: 16 rows × 32 columns decoded at a time and
+// transposed in registers. fp32 (kPairs false): unit p of a panel row holds column k0 + p. bf16
+// pairs (kPairs true, the bf16-dot micro-kernel's layout): the decoded values rounded to bf16
+// (nearest even), unit p / 2 holding columns k0 + p and k0 + p + 1.
+template <bool kPairs>
+void pack_panels(const MatmulArgs& args, int64_t row0, int64_t rows, int64_t k0, int64_t kc,
+                 int nr, float* dst) {
   const auto& w = *static_cast<const Wna16Layout*>(args.w);
   for (int64_t panel_row = 0; panel_row < rows; panel_row += nr) {
     for (int half = 0; half < nr / 16; ++half) {
@@ -265,49 +272,40 @@ void wna16_pack_panels_avx512(const MatmulArgs& args, int64_t row0, int64_t rows
         for (int i = 0; i < 16; ++i) {
           if (i < valid) {
             decode_block(w, row0 + first + i, cb, lo[i], hi[i]);
+            // Row i's 32 columns as 16 bf16 pairs (2u, 2u + 1).
+            if constexpr (kPairs) lo[i] = _mm512_castsi512_ps((__m512i)_mm512_cvtne2ps_pbh(hi[i], lo[i]));
           } else {
             lo[i] = hi[i] = _mm512_setzero_ps();
           }
         }
         transpose16(lo);
-        transpose16(hi);
-        float* out = dst + (cb * kWna16BlockCols - k0) * nr + 16 * half;
-        for (int j = 0; j < 16; ++j) {
-          _mm512_store_ps(out + j * nr, lo[j]);
-          _mm512_store_ps(out + (16 + j) * nr, hi[j]);
+        if constexpr (kPairs) {
+          float* out = dst + (cb * kWna16BlockCols - k0) / 2 * nr + 16 * half;
+          for (int u = 0; u < 16; ++u) _mm512_store_ps(out + u * nr, lo[u]);
+        } else {
+          transpose16(hi);
+          float* out = dst + (cb * kWna16BlockCols - k0) * nr + 16 * half;
+          for (int j = 0; j < 16; ++j) {
+            _mm512_store_ps(out + j * nr, lo[j]);
+            _mm512_store_ps(out + (16 + j) * nr, hi[j]);
+          }
         }
       }
     }
-    dst += kc * nr;
+    dst += kc * nr;  // the driver's panel stride (pairs use only its first half)
   }
+}
+
+}  // namespace
+
+void wna16_pack_panels_avx512(const MatmulArgs& args, int64_t row0, int64_t rows, int64_t k0,
+                              int64_t kc, int nr, float* dst) {
+  pack_panels<false>(args, row0, rows, k0, kc, nr, dst);
 }
 
 void wna16_pack_pairs_avx512(const MatmulArgs& args, int64_t row0, int64_t rows, int64_t k0,
                              int64_t kc, int nr, float* dst) {
-  const auto& w = *static_cast<const Wna16Layout*>(args.w);
-  for (int64_t panel_row = 0; panel_row < rows; panel_row += nr) {
-    for (int half = 0; half < nr / 16; ++half) {
-      const int64_t first = panel_row + 16 * half;
-      const int64_t valid = min64(16, rows - first);
-      for (int64_t cb = k0 / kWna16BlockCols; cb < (k0 + kc) / kWna16BlockCols; ++cb) {
-        __m512 v[16];  // row i: its 32 columns as 16 bf16 pairs (2u, 2u + 1)
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) {
-          if (i < valid) {
-            __m512 lo, hi;
-            decode_block(w, row0 + first + i, cb, lo, hi);
-            v[i] = _mm512_castsi512_ps((__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-          } else {
-            v[i] = _mm512_setzero_ps();
-          }
-        }
-        transpose16(v);  // v[u]: pair u of the 16 rows
-        float* out = dst + (cb * kWna16BlockCols - k0) / 2 * nr + 16 * half;
-        for (int u = 0; u < 16; ++u) _mm512_store_ps(out + u * nr, v[u]);
-      }
-    }
-    dst += kc * nr;  // the driver's panel stride (only the first half is used)
-  }
+  pack_panels<true>(args, row0, rows, k0, kc, nr, dst);
 }
 
 }  // namespace lowbit::kernels::cpu::detail
