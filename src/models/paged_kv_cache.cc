@@ -139,7 +139,7 @@ void KvBlockPool::release(PagedSequence& seq) {
   seq.blocks.clear();
   seq.length = 0;
   seq.hashed_blocks = 0;
-  seq.chain_hash = 0;
+  seq.chain_hash = PrefixIndex::kRootHash;
 }
 
 int64_t KvBlockPool::free_blocks() const {
@@ -175,7 +175,6 @@ int64_t KvBlockPool::share_prefix(PagedSequence& seq, std::span<const int32_t> t
 void KvBlockPool::index_blocks(PagedSequence& seq, std::span<const int32_t> tokens) {
   if (prefix_ == nullptr) return;
   const int64_t full = std::min<int64_t>(seq.length, static_cast<int64_t>(tokens.size())) / block_size_;
-  if (seq.hashed_blocks == 0) seq.chain_hash = PrefixIndex::kRootHash;
   for (int64_t b = seq.hashed_blocks; b < full; ++b) {
     const auto block_tokens = tokens.subspan(static_cast<size_t>(b * block_size_),
                                              static_cast<size_t>(block_size_));

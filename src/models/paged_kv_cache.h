@@ -33,7 +33,7 @@ struct PagedSequence {
   // Prefix caching's bookkeeping (KvBlockPool::share_prefix / index_blocks): how many leading
   // full blocks have their chain hash computed, and the last one's hash.
   int64_t hashed_blocks = 0;
-  uint64_t chain_hash = 0;
+  uint64_t chain_hash = PrefixIndex::kRootHash;
 };
 
 class KvBlockPool {

@@ -271,10 +271,8 @@ void Engine::admit() {
     const int64_t tokens = static_cast<int64_t>(r.context.size());
     // Cached full blocks of the prompt's start (never the last token: its logits are needed;
     // never with prompt logprobs, which need every position's logits).
-    int64_t cached = 0;
-    if (pool_->prefix_caching() && !r.params.prompt_logprobs) {
-      cached = pool_->share_prefix(r.seq, r.context, tokens - 1);
-    }
+    const bool lookup = pool_->prefix_caching() && !r.params.prompt_logprobs;
+    const int64_t cached = lookup ? pool_->share_prefix(r.seq, r.context, tokens - 1) : 0;
     const int64_t computed = tokens - cached;
     const int64_t needed = pool_->blocks_for(tokens) - static_cast<int64_t>(r.seq.blocks.size());
     // The watermark keeps room for running sequences to grow; an idle engine takes any request
@@ -285,7 +283,7 @@ void Engine::admit() {
       pool_->release(r.seq);  // the shared prefix, if any, goes back (parked) until next time
       break;
     }
-    if (pool_->prefix_caching() && !r.params.prompt_logprobs) {
+    if (lookup) {
       stats_.prefix_cache_queries += tokens;
       stats_.prefix_cache_hits += cached;
     }
