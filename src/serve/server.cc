@@ -3,8 +3,11 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/log.h"
@@ -30,6 +33,10 @@ struct Server::Impl {
   CompletionHandler handler;
   httplib::Server http;
   std::chrono::system_clock::time_point started = std::chrono::system_clock::now();
+  // The listening socket, recorded by the socket-options hook while bind() runs (httplib does not
+  // expose it), so that its accept queue can be widened.
+  bool recording_listen_socket = false;
+  int listen_socket = -1;
 };
 
 namespace {
@@ -43,6 +50,27 @@ void send_error(httplib::Response& res, const ApiError& error) {
 // health checks, metrics scrapes and clients waiting in the queue.
 size_t thread_pool_size(const ServerOptions& options) {
   return static_cast<size_t>(std::clamp<int64_t>(2 * options.engine.max_num_seqs + 16, 16, 1024));
+}
+
+// Debian's cpp-httplib (a compiled library, so its CPPHTTPLIB_LISTEN_BACKLOG cannot be changed
+// here) listens with a backlog of 5. When 32 clients connect at once while both cores decode, the
+// accept thread falls behind, the kernel's accept queue overflows, it falls back to SYN cookies,
+// and some connections are reset before their request is read (the client sees a read error).
+// uvicorn, hence vLLM, asks for 2048; the kernel caps it at net.core.somaxconn.
+constexpr int kListenBacklog = 2048;
+
+// Linux lets listen() on a socket that already listens change its backlog.
+void widen_accept_queue(int listen_socket) {
+  int listening = 0;
+  socklen_t size = sizeof(listening);
+  if (listen_socket < 0 ||
+      getsockopt(listen_socket, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || !listening) {
+    log_warn("serve: could not find the listening socket; bursts of connections may be reset");
+    return;
+  }
+  if (listen(listen_socket, kListenBacklog) != 0) {
+    log_warn(std::string("serve: cannot widen the accept queue: ") + std::strerror(errno));
+  }
 }
 
 bool authorized(const httplib::Request& req, const std::string& api_key) {
@@ -71,6 +99,10 @@ Server::Server(const models::Model& model, const Tokenizer* tokenizer, ServerOpt
   // One small write per token: without TCP_NODELAY, Nagle's algorithm holds each chunk until the
   // client's delayed ACK (up to ~200 ms per token on Linux).
   http.set_tcp_nodelay(true);
+  http.set_socket_options([&s](socket_t sock) {
+    httplib::default_socket_options(sock);  // SO_REUSEADDR, as without a hook
+    if (s.recording_listen_socket) s.listen_socket = sock;
+  });
 
   // API keys guard the OpenAI routes, as in vLLM (health and metrics stay open for probes).
   http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
@@ -143,16 +175,19 @@ Server::~Server() { stop(); }
 void Server::bind() {
   Impl& s = *impl_;
   if (bound_port_ != 0) return;
+  s.recording_listen_socket = true;
   if (s.options.port == 0) {
     bound_port_ = s.http.bind_to_any_port(s.options.host);
   } else if (s.http.bind_to_port(s.options.host, s.options.port)) {
     bound_port_ = s.options.port;
   }
+  s.recording_listen_socket = false;
   if (bound_port_ <= 0) {
     bound_port_ = 0;
     throw IoError("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
                   " (address in use or not available)");
   }
+  widen_accept_queue(s.listen_socket);
 }
 
 void Server::run() {
