@@ -293,7 +293,7 @@ size_t w8a8_workspace_bytes(const W8a8GpuWeights& w, int64_t m, const Fp8Activat
   LOWBIT_CHECK(m >= 0, "w8a8_workspace_bytes: m must be >= 0");
   const W8a8GpuWeights::Impl& impl = w.impl();
   check_fp8_act(impl, act);
-  return w8a8::plan_layout(impl, m, fp8_scale_cols(impl, act)).total;
+  return w8a8::workspace_for_up_to(impl, m, fp8_scale_cols(impl, act));
 }
 
 W8a8Path w8a8_gemm(const W8a8GpuWeights& w, const uint16_t* x, int64_t m, const Fp8Activations& act,

@@ -125,7 +125,7 @@ void quantize(const Int8Activations& act, const uint16_t* x, int64_t m, int64_t 
 size_t w8a8_workspace_bytes(const W8a8GpuWeights& w, int64_t m, const Int8Activations& act) {
   LOWBIT_CHECK(m >= 0, "w8a8_workspace_bytes: m must be >= 0");
   check_int_act(act);
-  return w8a8::plan_layout(w.impl(), m, 1).total;
+  return w8a8::workspace_for_up_to(w.impl(), m, 1);
 }
 
 W8a8Path w8a8_gemm(const W8a8GpuWeights& w, const uint16_t* x, int64_t m, const Int8Activations& act,

@@ -108,6 +108,14 @@ Layout plan_layout(const W8a8GpuWeights::Impl& w, int64_t m, int64_t scale_cols)
   return l;
 }
 
+size_t workspace_for_up_to(const W8a8GpuWeights::Impl& w, int64_t m, int64_t scale_cols) {
+  // Terms other than the padded stage are nondecreasing in m; the padded stage of any m' <= m is
+  // at most round_up(m - 1, 4) x n when m is a multiple of 4 (m - 1 has it), else round_up(m, 4) x n.
+  size_t total = plan_layout(w, m, scale_cols).total;
+  if (m >= 2) total = std::max(total, plan_layout(w, m - 1, scale_cols).total);
+  return total;
+}
+
 namespace {
 
 template <typename T>

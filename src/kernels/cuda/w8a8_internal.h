@@ -96,6 +96,12 @@ struct Layout {
 };
 // scale_cols: the most activation-scale columns any path writes for this call.
 Layout plan_layout(const W8a8GpuWeights::Impl& w, int64_t m, int64_t scale_cols);
+// The workspace that holds plan_layout(m') for every m' <= m (what w8a8_workspace_bytes promises):
+// plan_layout(m) alone is not enough, because a row count that is not a multiple of 4 reserves
+// the bf16 output of its padded rows (m_pad x n) while a multiple of 4 does not, so m - 1 can need
+// more than m (a workspace sized for 2048 rows was short for 1037..2047 rows on the 8B shape's
+// gate/up, and the serving engine's mixed steps hit those). Every other term grows with m.
+size_t workspace_for_up_to(const W8a8GpuWeights::Impl& w, int64_t m, int64_t scale_cols);
 
 // One cuBLASLt product D[n, m] = op(A)ᵀ·B in column-major terms (A: weights [k, n] viewed
 // transposed, B: codes [k, m], D: [n, m], all ld = their row count).

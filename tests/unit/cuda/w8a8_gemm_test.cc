@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/w8a8_gemm.h"
@@ -393,6 +394,68 @@ TEST(W8a8Gemm, PackRejectsInconsistentWeights) {
   w.g_idx.assign(32, 0);
   for (int c = 0; c < 32; ++c) w.g_idx[static_cast<size_t>(c)] = (c + 1) % 2;  // desc_act order
   EXPECT_THROW(pack_int8_for_gpu(w), Unsupported);
+}
+
+// The serving engine sizes one workspace for its largest step (w8a8_workspace_bytes(max rows)) and
+// runs every step, of any row count up to that, in it. Host arithmetic only: no device needed.
+// The shapes are the 8B model's gate/up (the one that was short: 1037..2047 rows did not fit the
+// workspace for 2048, and mixed prefill + decode steps of the FP8 server aborted) and down, and a
+// small one with 128-row stage chunks (the GPU test below runs it).
+TEST(W8a8Gemm, WorkspaceForMRowsHoldsEveryFewerRows) {
+  const size_t saved = w8a8::stage_chunk_bytes();
+  for (const size_t chunk_bytes : {saved, size_t{64} << 10}) {
+    w8a8::set_stage_chunk_bytes(chunk_bytes);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{28672, 4096}, {4096, 14336}, {256, 256}}) {
+      W8a8GpuWeights::Impl w;
+      w.n = n;
+      w.k = k;
+      for (const int64_t scale_cols : {int64_t{1}, k / 128}) {
+        for (const int64_t most : {1, 2, 3, 4, 5, 8, 300, 1037, 2047, 2048}) {
+          const size_t bytes = w8a8::workspace_for_up_to(w, most, scale_cols);
+          int short_of = 0;
+          for (int64_t m = 0; m <= most; ++m) {
+            if (w8a8::plan_layout(w, m, scale_cols).total > bytes && short_of++ == 0) {
+              ADD_FAILURE() << "n " << n << " k " << k << " scale_cols " << scale_cols << ": "
+                            << m << " rows need more than the workspace for " << most;
+            }
+          }
+          EXPECT_EQ(short_of, 0);
+        }
+      }
+    }
+  }
+  w8a8::set_stage_chunk_bytes(saved);
+  // Why the workspace is not simply the layout of the most rows: one row fewer can need more.
+  W8a8GpuWeights::Impl gate_up;
+  gate_up.n = 28672;
+  gate_up.k = 4096;
+  EXPECT_GT(w8a8::plan_layout(gate_up, 2047, 1).total, w8a8::plan_layout(gate_up, 2048, 1).total);
+}
+
+// The same on the device: one workspace sized for 300 rows runs every row count below it (128-row
+// stage chunks, so 299 rows reserve their padded bf16 output, more than 300 rows' chunks).
+TEST(W8a8GemmFp8, OneWorkspaceRunsEveryFewerRows) {
+  if (!device_available()) GTEST_SKIP() << "no CUDA device";
+  const size_t saved = w8a8::stage_chunk_bytes();
+  w8a8::set_stage_chunk_bytes(64 << 10);
+  Rng rng(29);
+  const int64_t n = 256, k = 256, most = 300;
+  const W8a8GpuWeights w = pack_fp8_for_gpu(make_fp8(n, k, 1, 128, rng));
+  for (const Fp8Activations& act : {Fp8Activations{Fp8ActScheme::PER_TOKEN, 1.0f, 128},
+                                    Fp8Activations{Fp8ActScheme::PER_GROUP, 1.0f, 128}}) {
+    const size_t bytes = w8a8_workspace_bytes(w, most, act);
+    DeviceBuffer<uint8_t> ws(bytes);
+    std::vector<uint16_t> x(static_cast<size_t>(most * k));
+    for (auto& v : x) v = f32_to_bf16(rng.uniform(-1.0f, 1.0f));
+    const auto dx = testing::to_device(x);
+    DeviceBuffer<uint16_t> dy(static_cast<size_t>(most * n));
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{129}, int64_t{297}, int64_t{299}, most}) {
+      EXPECT_NO_THROW(w8a8_gemm(w, dx.data(), m, act, nullptr, dy.data(), ws.data(), bytes, nullptr))
+          << m << " rows in the workspace for " << most;
+    }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  w8a8::set_stage_chunk_bytes(saved);
 }
 
 TEST(W8a8Gemm, RejectsBadCalls) {
