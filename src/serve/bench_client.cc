@@ -80,6 +80,7 @@ struct StreamState {
   int64_t text_chunks = 0;
   int64_t usage_completion = -1;
   int64_t usage_prompt = -1;
+  std::string finish_reason;  // the last one a chunk carried
   std::string error;  // set on an error event or malformed data: the stream is abandoned
 
   void on_data(std::string_view payload) {
@@ -107,6 +108,8 @@ struct StreamState {
     auto choices = data.find("choices");
     if (choices == data.end() || !choices->is_array() || choices->empty()) return;
     const nlohmann::json& choice = (*choices)[0];
+    if (choice.is_object() && choice.contains("finish_reason") && choice["finish_reason"].is_string())
+      finish_reason = choice["finish_reason"];
     std::string text;
     if (chat) {
       const nlohmann::json delta = choice.is_object()
@@ -184,6 +187,11 @@ RequestResult send_one(httplib::Client& client, const detail::ParsedUrl& url,
     result.error = state.error;
   } else if (!completed) {
     result.error = "the event stream from " + url_text + " broke off: " + describe(error);
+  } else if (state.finish_reason == "abort") {
+    // vLLM's reason for a request the engine gave up on (here: a failed step): its tokens are not
+    // a completed request's, and counting them as one hides the failure in the throughput.
+    result.error = "the server aborted the request (finish_reason \"abort\") after " +
+                   std::to_string(state.text_chunks) + " token chunks";
   } else if (state.text_chunks == 0) {
     result.error = "no token chunk in the response: cannot measure TTFT";
   } else {

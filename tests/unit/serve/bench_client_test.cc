@@ -26,6 +26,7 @@ struct MockBehavior {
   std::string error_body =
       R"({"error": {"message": "model 'nope' does not exist", "type": "NotFoundError"}})";
   bool error_event = false;  // send an error event after the first chunk
+  std::string finish_reason = "length";  // on the last text chunk
 };
 
 // An OpenAI-compatible server that streams `chunks` chunks `delay_ms` apart, then usage (prompt
@@ -108,6 +109,8 @@ class MockServer {
             nlohmann::json choice =
                 chat ? nlohmann::json{{"index", 0}, {"delta", {{"content", text}}}}
                      : nlohmann::json{{"index", 0}, {"text", text}};
+            choice["finish_reason"] = i + 1 == b.chunks ? nlohmann::json(b.finish_reason)
+                                                        : nlohmann::json(nullptr);
             if (!send({{"object", "text_completion"}, {"choices", {choice}}})) return false;
             if (b.error_event && i == 0) {
               release();
@@ -266,6 +269,19 @@ TEST(BenchClientTest, ErrorEventMidStreamFailsTheRequest) {
   for (const auto& r : run.results) {
     EXPECT_FALSE(r.success);
     EXPECT_EQ(r.error, "error event: engine died");
+  }
+}
+
+// A stream that ends normally but with finish_reason "abort" (the engine gave up on the request)
+// is a failed request, not a short successful one.
+TEST(BenchClientTest, AnAbortedRequestFails) {
+  MockBehavior behavior;
+  behavior.finish_reason = "abort";
+  MockServer server(behavior);
+  const BenchRun run = run_benchmark(config_for(server, 1), random_dataset(2, 4, 5, 100, 0));
+  for (const auto& r : run.results) {
+    EXPECT_FALSE(r.success);
+    EXPECT_EQ(r.error, "the server aborted the request (finish_reason \"abort\") after 5 token chunks");
   }
 }
 
