@@ -118,13 +118,14 @@ Operand make_bf16(const LayerShape& s, double rotate_mib, Random& rng) {
   return op;
 }
 
-// w8a8: int8 per channel; w4a8: int4 group 128; symmetric, random codes and scales.
+// w8a8: int8 per channel; w8a8g32: int8 in groups of 32 (GGUF Q8_0's blocks); w4a8: int4 group
+// 128; symmetric, random codes and scales.
 Operand make_int(const std::string& kind, const LayerShape& s, double rotate_mib, Random& rng) {
   auto w = std::make_shared<kernels::IntWeights>();
-  w->bits = kind == "w8a8" ? 8 : 4;
+  w->bits = kind == "w4a8" ? 4 : 8;
   w->rows = s.n;
   w->cols = s.k;
-  w->group_size = kind == "w8a8" ? s.k : 128;
+  w->group_size = kind == "w8a8" ? s.k : kind == "w8a8g32" ? 32 : 128;
   w->codes.resize(static_cast<size_t>(s.n * s.k));
   for (uint8_t& c : w->codes) c = static_cast<uint8_t>(rng.bits() >> 56) & ((1u << w->bits) - 1);
   w->scales.resize(static_cast<size_t>(s.n * w->groups()));
@@ -186,9 +187,9 @@ Operand make_fp8(const LayerShape& s, double rotate_mib, Random& rng) {
 
 Operand make_operand(const std::string& kind, const LayerShape& s, double rotate_mib, Random& rng) {
   if (kind == "bf16") return make_bf16(s, rotate_mib, rng);
-  if (kind == "w8a8" || kind == "w4a8") return make_int(kind, s, rotate_mib, rng);
+  if (kind == "w8a8" || kind == "w8a8g32" || kind == "w4a8") return make_int(kind, s, rotate_mib, rng);
   if (kind == "fp8") return make_fp8(s, rotate_mib, rng);
-  throw std::runtime_error("unknown kind " + kind + " (bf16, w8a8, w4a8, fp8)");
+  throw std::runtime_error("unknown kind " + kind + " (bf16, w8a8, w8a8g32, w4a8, fp8)");
 }
 
 struct Timing {
@@ -248,8 +249,8 @@ void print_header(const Options& o, int threads, double* bandwidth) {
         bw.triad_gb_per_s);
   }
   std::printf(
-      "# bf16 = kernels::matmul (%s); w8a8 = int8 per channel, w4a8 = int4 group 128, both with\n"
-      "# dynamic per-row int8 activations; fp8 = E4M3 weight-only, per-channel scales.\n",
+      "# bf16 = kernels::matmul (%s); w8a8 = int8 per channel, w8a8g32 = int8 group 32, w4a8 =\n"
+      "# int4 group 128, all with dynamic per-row int8 activations; fp8 = E4M3 weight-only, per-channel scales.\n",
       kernels::matmul_kernel_name());
   std::printf("%-8s %6s %6s %5s %-6s %-16s %9s %9s %8s %7s %6s %8s %8s %8s\n", "layer", "n", "k",
               "m", "kind", "kernel", "best_ms", "median_ms", "w_MB", "w_GB/s", "%bw", "GOP/s",
@@ -323,7 +324,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "OpenMP threads (default: OMP default)");
   app.add_option("--m", o.ms, "rows of x (tokens), e.g. --m 1 512");
   app.add_option("--layers", o.layers, "q/o k/v gate/up down lm_head");
-  app.add_option("--kinds", o.kinds, "bf16 w8a8 w4a8 fp8 (bf16 first for the ratios)");
+  app.add_option("--kinds", o.kinds, "bf16 w8a8 w8a8g32 w4a8 fp8 (bf16 first for the ratios)");
   app.add_option("--seconds", o.seconds, "timed seconds per case");
   app.add_option("--min-calls", o.min_calls, "timed calls per case at least");
   app.add_option("--rotate-mib", o.rotate_mib,

@@ -18,6 +18,11 @@
 // (kernels/cpu/wna16_g16.h), one byte per weight. Every other tensor (F32 / F16 / BF16 as stored,
 // Q4_1, Q5_0, Q5_1, the other K-quants, the embedding) is decoded at load by the loader and runs
 // dense ("gguf_decode" below): no method is returned for those modules.
+// `--linear-backend w8a8` (opt-in) runs those int weights on the int8-activation kernels instead:
+// x quantized per token to int8 at run time (compressed-tensors' dynamic W8A8 input, as vLLM does),
+// int32 dot products, the file's block scales applied per group. llama.cpp's CPU backend also
+// multiplies these types by quantized activations (its q8 blocks of 32 or 256, finer than a token);
+// the default keeps x in fp32, the arithmetic of the dequantized weights transformers runs.
 #include <map>
 
 #include "core/float_convert.h"
@@ -30,6 +35,17 @@ namespace lowbit::quant {
 namespace {
 
 enum class GgufIntType { Q4_0, Q8_0, Q6_K };
+
+// The input of `--linear-backend w8a8`: dynamic per-token symmetric int8.
+InputQuant per_token_int8() {
+  InputQuant in;
+  in.args.type = QuantType::Int;
+  in.args.num_bits = 8;
+  in.args.symmetric = true;
+  in.args.strategy = Strategy::Token;
+  in.args.dynamic = DynamicMode::Dynamic;
+  return in;
+}
 
 int64_t block_weights(GgufIntType t) { return t == GgufIntType::Q6_K ? 256 : 32; }
 int64_t block_bytes(GgufIntType t) {
@@ -73,7 +89,7 @@ class GgufLinear : public KernelLinear {
         formats::q6_k_codes(src + b * block_bytes(type_), w.codes.data() + b * 256,
                             w.scales.data() + b * 16);
       }
-      finish_int(layer, std::move(w), std::nullopt);
+      finish_int(layer, std::move(w), input(layer));
       return;
     }
     constexpr int64_t kBlock = 32;
@@ -95,10 +111,14 @@ class GgufLinear : public KernelLinear {
         }
       }
     }
-    finish_int(layer, std::move(w), std::nullopt);
+    finish_int(layer, std::move(w), input(layer));
   }
 
  private:
+  static std::optional<InputQuant> input(const LayerParams& layer) {
+    if (layer.info().backend == "w8a8") return per_token_int8();
+    return std::nullopt;
+  }
   std::string name() const {
     return type_ == GgufIntType::Q4_0 ? "Q4_0" : type_ == GgufIntType::Q6_K ? "Q6_K" : "Q8_0";
   }
@@ -145,7 +165,11 @@ class GgufConfig : public QuantizationConfig {
     d.act_dtypes = {DType::F32, DType::F16, DType::BF16};
     d.layers = {LayerKind::Linear, LayerKind::LmHead, LayerKind::Embedding};
     for (KernelSpec& k : int_weight_kernels()) {
-      if (k.name != "w8a8") d.kernels.push_back(std::move(k));  // activations stay in float
+      if (k.name == "w8a8") {  // activations stay in float unless asked
+        k.implements = "opt-in (--linear-backend w8a8): activations quantized per token to int8 "
+                       "at run time, int32 dot products, the file's block scales per group";
+      }
+      d.kernels.push_back(std::move(k));
     }
     KernelSpec decode;
     decode.name = "gguf_decode";

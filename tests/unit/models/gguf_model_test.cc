@@ -174,6 +174,24 @@ TEST(GgufModel, Q8_0LogitsMatchTransformersGgufLoading) {
   expect_logits_match(*model, golden(), "q8_0.");
 }
 
+// --linear-backend w8a8 (opt-in): every projection and the LM head on the int8-activation kernels,
+// x quantized per token to int8. That rounds each activation by up to absmax / 255 of its row (a
+// large step for the many small entries of a row with outliers), so the logits move far more than
+// the fp32 path's summation order does: measured 1.6e-2 .. 2.1e-2 of max |logit| against transformers on the three
+// prompts. 4e-2 leaves 2x room; a block scale applied to the wrong group or a wrong code offset
+// moves the logits by the order of the logits themselves. Argmax is not compared (a 2 % move can
+// swap near-ties).
+constexpr double kInt8ActivationTolerance = 4e-2;
+TEST(GgufModel, Q8_0OnTheInt8ActivationKernelsWhenAsked) {
+  LoadOptions w8a8;
+  w8a8.linear_backend = "w8a8";
+  auto model = Model::load(kQ8.string(), w8a8);
+  for (const auto& [name, kernel] : kernels_of(*model)) {
+    EXPECT_EQ(kernel.rfind("w8a8_", 0), 0u) << name << " runs on '" << kernel << "'";
+  }
+  expect_logits_match(*model, golden(), "q8_0.", kInt8ActivationTolerance);
+}
+
 TEST(GgufModel, Q4KMLogitsMatchTransformersGgufLoading) {
   auto model = Model::load(kQ4.string());
   // llama-quantize's Q4_K_M of this model: output and blk.1.attn_v are Q8_0 and blk.1.ffn_down is

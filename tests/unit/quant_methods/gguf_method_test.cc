@@ -127,7 +127,7 @@ TEST(GgufMethod, DescribesItsKernelsAndRefusesAHandWrittenConfig) {
   for (const KernelSpec& k : d.kernels) {
     if (k.isa != KernelSpec::Isa::Cuda) cpu.push_back(k.name);
   }
-  EXPECT_EQ(cpu, (std::vector<std::string>{"wna16", "dequant", "gguf_decode"}));
+  EXPECT_EQ(cpu, (std::vector<std::string>{"wna16", "w8a8", "dequant", "gguf_decode"}));
   for (const KernelSpec& k : d.kernels) {
     if (k.isa != KernelSpec::Isa::Cuda) {
       EXPECT_TRUE(k.runs_on(Platform::current())) << k.name;
