@@ -32,20 +32,17 @@
 #include "lowbit/error.h"
 #include "quant/methods/gpu_linear_kernels.h"
 #include "quant/methods/kernel_linear.h"
+#include "quant/scheme/quant_args.h"
 
 namespace lowbit::quant {
 namespace {
 
 enum class GgufIntType { Q4_0, Q8_0, Q6_K };
 
-// The input of `--linear-backend w8a8`: dynamic per-token symmetric int8.
+// The input of `--linear-backend w8a8`: the W8A8 preset's, dynamic per-token symmetric int8.
 InputQuant per_token_int8() {
   InputQuant in;
-  in.args.type = QuantType::Int;
-  in.args.num_bits = 8;
-  in.args.symmetric = true;
-  in.args.strategy = Strategy::Token;
-  in.args.dynamic = DynamicMode::Dynamic;
+  in.args = *preset_scheme("W8A8", {}).input_activations;
   return in;
 }
 
