@@ -153,11 +153,12 @@ double check_corner(const kernels::IntWeights& w, const std::vector<float>& x, i
 
 kc::Wna16Kernel parse_kernel(const std::string& name) {
   if (name == "best") return kc::wna16_best_kernel();
-  for (kc::Wna16Kernel k : {kc::Wna16Kernel::SCALAR, kc::Wna16Kernel::AVX2, kc::Wna16Kernel::AVX512,
-                            kc::Wna16Kernel::AVX512_BF16DOT}) {
+  for (kc::Wna16Kernel k : {kc::Wna16Kernel::SCALAR, kc::Wna16Kernel::AVX2, kc::Wna16Kernel::AVX2_I16DOT,
+                            kc::Wna16Kernel::AVX512, kc::Wna16Kernel::AVX512_BF16DOT}) {
     if ("wna16_" + name == kc::wna16_kernel_name(k)) return k;
   }
-  throw std::runtime_error("unknown --kernel " + name + " (best, scalar, avx2, avx512, avx512_bf16dot)");
+  throw std::runtime_error("unknown --kernel " + name +
+                           " (best, scalar, avx2, avx2_i16dot, avx512, avx512_bf16dot)");
 }
 
 // Sums over one forward pass (each shape × its count per forward) of one kernel at one m.
@@ -263,7 +264,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "OpenMP threads (default: OMP default)");
   app.add_option("--model", o.model, "shape set: llama-1b, ref-19m");
   app.add_option("--m", o.ms, "rows of x (tokens), e.g. --m 1 4 512");
-  app.add_option("--kernel", o.kernels, "best, scalar, avx2, avx512, avx512_bf16dot (several allowed)");
+  app.add_option("--kernel", o.kernels, "best, scalar, avx2, avx2_i16dot, avx512, avx512_bf16dot (several allowed)");
   app.add_option("--bits", o.bits, "weight bits (2..8)");
   app.add_option("--group", o.group, "group size (0 = per channel)");
   app.add_flag("--zeros", o.zeros, "asymmetric: random zero points");

@@ -58,6 +58,9 @@ struct KernelSpec {
   int min_capability = -1;     // Cuda: required compute capability
   int max_capability = 10000;  // Cuda: e.g. 90 for a Hopper-only kernel
   std::string implements;      // one line: "int4/int8 weights, group/channel, zero points, g_idx"
+  // Runs only when asked for by name (--linear-backend NAME), never as the default; so it also
+  // derives no GPU kernel (add_gpu_kernels follows the default arithmetic).
+  bool opt_in = false;
 
   bool runs_on(const Platform& platform) const;
   // Why it cannot run on `platform` ("needs AVX-512 VNNI"), or empty when it can.

@@ -5,7 +5,8 @@
 //
 // Accuracy contract: the result equals ref::matmul_wna16 up to fp32 summation order, except where
 // a kernel documents rounding x to bf16 (the activation precision "A16" names; |Δ| ≤ 2^-8 relative
-// per product), which it must then say in its kernel name.
+// per product) or to int16 per run of columns (|Δ| ≤ 2^-16 of the run's largest |x| per element),
+// which it must then say in its kernel name.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +44,7 @@ void matmul_wna16(const float* x, int64_t m, const IntWeights& w, const float* b
 namespace cpu {
 
 // The CPU kernel families (tests and benchmarks force each; pack_wna16 picks wna16_best_kernel():
-// AVX512_BF16DOT where the CPU has it, else AVX512, AVX2, SCALAR). All read one packed layout
+// AVX512_BF16DOT where the CPU has it, else AVX512, AVX2_I16DOT, SCALAR). All read one packed layout
 // (src/kernels/cpu/wna16_kernels.h); the kernel is fixed at pack time. For results that equal
 // ref::matmul_wna16 up to fp32 summation order on every path, pack with AVX512 (or AVX2/SCALAR).
 enum class Wna16Kernel : uint8_t {
@@ -57,6 +58,13 @@ enum class Wna16Kernel : uint8_t {
   // products summed in fp32 (|Δy| <= ~2^-8·Σ|w·x|: a bf16 model's precision), ~1.7x the fp32
   // blocked rate. Needs AVX512_BF16.
   AVX512_BF16DOT,
+  // AVX2 + FMA + F16C. Decode (streaming path): x quantized to int16 per row of x and per run of
+  // up to 128 columns of one group (scale max|x| / 32767, round to nearest) and multiplied by the
+  // exact integer codes with vpmaddwd, exact int32 sums: |Δy| <= 2^-16 · Σ|w| · max|x| beyond fp32
+  // arithmetic (finer than rounding x to bf16 wherever x's largest element is within 128x of the
+  // rest of its run). Prefill (blocked path): the same arithmetic as a register-blocked int16
+  // GEMM (twice the fp32 FMA kernel's products per instruction).
+  AVX2_I16DOT,
 };
 
 const char* wna16_kernel_name(Wna16Kernel kernel);  // "wna16_scalar", ..., "wna16_avx512_bf16dot"
@@ -70,6 +78,13 @@ std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const Int
 // matmul_wna16 with the path forced (MatmulPath from kernels/matmul.h: AUTO picks by m).
 void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Packed& w,
                        const float* bias, float* y);
+
+// The streaming path with x kept in fp32 whatever the packing kernel (the bf16-dot and i16-dot
+// kernels' layouts run on the exact AVX-512 / AVX2 kernels): equals ref::matmul_wna16 up to fp32
+// summation order, so an identity x reads the decoded weights back exactly. For that probe, not
+// for speed. (The group-16 layout rounds x to bf16 on every path; 1 and 0 are exact there.)
+void matmul_wna16_exact(const float* x, int64_t m, const Wna16Packed& w, const float* bias,
+                        float* y);
 
 }  // namespace cpu
 

@@ -17,6 +17,10 @@ namespace lowbit::kernels::cpu::detail {
 
 namespace {
 
+// Software prefetch of the weight stream this far ahead into L2: the hardware prefetchers stop at
+// every 4 KiB page (as in wna16 and the dense GEMV, bench/NOTES.md).
+constexpr int64_t kPrefetchAhead = 2048;
+
 struct Job {
   const W8a8Tiles& w;
   const Int8Rows& x;
@@ -74,6 +78,9 @@ void tile_kernel(const Job& job, int64_t i0, int64_t t) {
     }
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* block = wt + b * kW8a8BlockBytes;
+      // Tiles are contiguous: this runs on into the next tile's codes. Only the first pass over
+      // a tile (i0 = 0) prefetches; later ones read it from cache.
+      if (i0 == 0) _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchAhead, _MM_HINT_T1);
       for (int h = 0; h < 2; ++h) {
         const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32 * h));
         const __m256i lo = _mm256_and_si256(codes, low4);

@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "core/float_convert.h"
@@ -32,6 +34,10 @@ int64_t streaming_max_rows(Wna16Kernel kernel) {
     case Wna16Kernel::AVX512:
     case Wna16Kernel::AVX512_BF16DOT: return 64;
     case Wna16Kernel::AVX2: return 32;  // crossover measured at m = 32 (45 vs 44 GFLOP/cpu-s)
+    // Its int16 GEMM does 8 products per vector operation where the streaming passes over two
+    // rows of x do ~6: streaming led at m <= 8 on a Zen 3 (100-111 against 41-93 GFLOP/s, a busy
+    // machine), the two were mixed at m = 16 (bench/NOTES.md, session 27).
+    case Wna16Kernel::AVX2_I16DOT: return 8;
     case Wna16Kernel::SCALAR: return 4;
   }
   return 4;
@@ -105,6 +111,94 @@ void bf16_x(const Wna16Layout& w, const float* x, int64_t m, detail::Wna16Args& 
   args.xsum = xsum;
 }
 
+// x quantized to int16 for the i16-dot kernel (wna16_i16dot_avx2.cc), in packed column order: per
+// row of x and segment (a group's column blocks in runs of kWna16I16SegmentBlocks), the scale
+// sx = max|x| / 32767 and xq = round(x / sx) in [-32767, 32767]; with it sx · Σ xq, which the
+// kernel multiplies by each row's zero point. A segment holding Inf or NaN gets sx = NaN, so that
+// the rows it meets come out NaN, as an fp32 dot product's would (not some finite value).
+// With `slivers`, also xq_pairs for the GEMM (wna16_kernels.h).
+void i16_x(const Wna16Layout& w, const float* x, int64_t m, bool slivers, detail::Wna16Args& args) {
+  const int64_t kp = w.padded_cols;
+  int64_t segments = 0;
+  for (int64_t g = 0; g < w.groups; ++g) {
+    const int64_t blocks = w.group_blocks[g + 1] - w.group_blocks[g];
+    segments += (blocks + detail::kWna16I16SegmentBlocks - 1) / detail::kWna16I16SegmentBlocks;
+  }
+  constexpr int64_t R = detail::kWna16I16GemmRows;
+  const int64_t sliver_rows = slivers ? (m + R - 1) / R * R : 0;
+  const size_t floats = static_cast<size_t>(2 * m * segments + (m * kp + 1) / 2 + sliver_rows * kp / 2);
+  float* buffer = detail::thread_scratch(2, floats);
+  float* scale = buffer;
+  float* sum = scale + m * segments;
+  auto* xq = reinterpret_cast<int16_t*>(sum + m * segments);
+  auto* pairs = reinterpret_cast<int32_t*>(sum + m * segments + (m * kp + 1) / 2);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * w.cols;
+    // The value at packed column c (plain loops: see bf16_x).
+    auto at = [&](int64_t c) {
+      if (w.column_of != nullptr) return w.column_of[c] >= 0 ? row[w.column_of[c]] : 0.0f;
+      return c < w.cols ? row[c] : 0.0f;
+    };
+    int16_t* out = xq + i * kp;
+    int64_t seg = 0;
+    for (int64_t g = 0; g < w.groups; ++g) {
+      for (int64_t cb = w.group_blocks[g]; cb < w.group_blocks[g + 1];
+           cb += detail::kWna16I16SegmentBlocks, ++seg) {
+        const int64_t c0 = cb * kWna16BlockCols;
+        const int64_t c1 = std::min(cb + detail::kWna16I16SegmentBlocks, w.group_blocks[g + 1]) * kWna16BlockCols;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int64_t c = c0; c < c1; ++c) {
+          const float v = at(c);
+          amax = std::max(amax, std::fabs(v));
+          finite = finite && std::isfinite(v);
+        }
+        const float sx = !finite ? std::numeric_limits<float>::quiet_NaN() : amax / 32767.0f;
+        const float inverse = finite && amax > 0.0f ? 32767.0f / amax : 0.0f;
+        int32_t total = 0;
+        for (int64_t c = c0; c < c1; ++c) {
+          // |row[c]| · inverse <= 32767 up to one rounding: clamp, then round to nearest even by
+          // adding and subtracting 1.5 · 2^23 (exact for |v| < 2^22; no libm call per element).
+          const float v = std::clamp(at(c) * inverse, -32767.0f, 32767.0f);
+          const float rounded = (v + 12582912.0f) - 12582912.0f;
+          out[c] = finite ? static_cast<int16_t>(rounded) : int16_t{0};
+          total += out[c];
+        }
+        scale[i * segments + seg] = sx;
+        sum[i * segments + seg] = sx * static_cast<float>(total);
+      }
+    }
+  }
+  if (slivers) {
+    const int64_t count = sliver_rows / R;
+    for (int64_t g = 0; g < w.groups; ++g) {
+      for (int64_t cb = w.group_blocks[g]; cb < w.group_blocks[g + 1]; cb += detail::kWna16I16SegmentBlocks) {
+        const int64_t p0 = cb * kWna16BlockCols / 2;
+        const int64_t len = (std::min(cb + detail::kWna16I16SegmentBlocks, w.group_blocks[g + 1]) - cb) * kWna16BlockCols / 2;
+        for (int64_t i = 0; i < sliver_rows; ++i) {
+          int32_t* out = pairs + (p0 * count + (i / R) * len) * R + i % R;
+          if (i >= m) {
+            for (int64_t j = 0; j < len; ++j) out[j * R] = 0;
+            continue;
+          }
+          const int16_t* row = xq + i * kp + 2 * p0;
+          for (int64_t j = 0; j < len; ++j) {  // low half: the even column, as vpmaddwd pairs them
+            const uint32_t pair = static_cast<uint16_t>(row[2 * j]) |
+                                  (static_cast<uint32_t>(static_cast<uint16_t>(row[2 * j + 1])) << 16);
+            out[j * R] = static_cast<int32_t>(pair);
+          }
+        }
+      }
+    }
+    args.xq_pairs = pairs;
+    args.slivers = count;
+  }
+  args.xq = xq;
+  args.xq_scale = scale;
+  args.xq_sum = sum;
+  args.segments = segments;
+}
+
 // Runs body(thread, count) on `threads` OpenMP threads, rethrowing the first exception here.
 template <typename Body>
 void parallel(int threads, Body body) {
@@ -126,21 +220,24 @@ void parallel(int threads, Body body) {
 }
 
 void run_streaming(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64_t m,
-                   const float* bias, float* y) {
+                   const float* bias, float* y, bool exact = false) {
   detail::Wna16Args args;
   args.w = &w;
   args.m = m;
   args.bias = bias;
   args.y = y;
   void (*rows_fn)(const detail::Wna16Args&, detail::Range) = detail::wna16_gemv_scalar;
-  if (kernel == Wna16Kernel::AVX512_BF16DOT && w.nibbles && m <= kBf16DotMaxRows) {
+  if (kernel == Wna16Kernel::AVX512_BF16DOT && w.nibbles && m <= kBf16DotMaxRows && !exact) {
     bf16_x(w, x, m, args);
     rows_fn = detail::wna16_gemv_bf16dot_avx512;
+  } else if (kernel == Wna16Kernel::AVX2_I16DOT && !exact) {
+    i16_x(w, x, m, false, args);
+    rows_fn = detail::wna16_gemv_i16dot_avx2;
   } else {
     args.x = packed_x(w, x, m);
     if (kernel == Wna16Kernel::AVX512 || kernel == Wna16Kernel::AVX512_BF16DOT) {
       rows_fn = detail::wna16_gemv_avx512;
-    } else if (kernel == Wna16Kernel::AVX2) {
+    } else if (kernel == Wna16Kernel::AVX2 || kernel == Wna16Kernel::AVX2_I16DOT) {
       rows_fn = detail::wna16_gemv_avx2;
     }
   }
@@ -173,8 +270,26 @@ void run_g16(const detail::Wna16G16Cpu& w, const float* x, int64_t m, const floa
   });
 }
 
+// The i16-dot kernel's prefill: x quantized as for its decode, row tiles split between threads.
+void run_i16_gemm(const Wna16Layout& w, const float* x, int64_t m, const float* bias, float* y) {
+  detail::Wna16Args args;
+  args.w = &w;
+  args.m = m;
+  args.bias = bias;
+  args.y = y;
+  i16_x(w, x, m, true, args);
+  const int threads = detail::matmul_thread_count(m, w.rows, w.padded_cols);
+  parallel(threads, [&](int t, int count) {
+    detail::wna16_gemm_i16dot_avx2(args, detail::split_range(w.tiles, count, t, 2));
+  });
+}
+
 void run_blocked(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64_t m,
                  const float* bias, float* y) {
+  if (kernel == Wna16Kernel::AVX2_I16DOT) {
+    run_i16_gemm(w, x, m, bias, y);
+    return;
+  }
   detail::MatmulArgs args;
   args.x = packed_x(w, x, m);
   args.m = m;
@@ -197,6 +312,7 @@ void run_blocked(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64
       blocked.pack = detail::wna16_pack_pairs_avx512;
       break;
     case Wna16Kernel::AVX2:
+    case Wna16Kernel::AVX2_I16DOT:  // (run_i16_gemm above)
       blocked = detail::blocked_kernel_avx2();
       blocked.pack = detail::wna16_pack_panels_scalar;
       break;
@@ -216,6 +332,7 @@ const char* wna16_kernel_name(Wna16Kernel kernel) {
     case Wna16Kernel::AVX2: return "wna16_avx2";
     case Wna16Kernel::AVX512: return "wna16_avx512";
     case Wna16Kernel::AVX512_BF16DOT: return "wna16_avx512_bf16dot";
+    case Wna16Kernel::AVX2_I16DOT: return "wna16_avx2_i16dot";
   }
   return "unknown";
 }
@@ -224,7 +341,8 @@ bool wna16_kernel_supported(Wna16Kernel kernel) {
   const CpuFeatures& f = cpu_features();
   switch (kernel) {
     case Wna16Kernel::SCALAR: return true;
-    case Wna16Kernel::AVX2: return f.has_avx2_kernels();
+    case Wna16Kernel::AVX2:
+    case Wna16Kernel::AVX2_I16DOT: return f.has_avx2_kernels();
     case Wna16Kernel::AVX512: return f.has_avx512_kernels();
     case Wna16Kernel::AVX512_BF16DOT: return f.has_avx512_kernels() && f.avx512bf16;
   }
@@ -233,10 +351,12 @@ bool wna16_kernel_supported(Wna16Kernel kernel) {
 
 // The bf16-dot kernel first: 1.3-1.5x the exact AVX-512 kernel's decode speed on Zen 4
 // (bench/NOTES.md), at the cost of rounding x to bf16 on that path, as the "A16" in the name and
-// vLLM's kernels do.
+// vLLM's kernels do. On AVX2-only CPUs the i16-dot kernel: its decode does 16 products per
+// instruction where the exact one does 8 with a conversion per weight (bench/NOTES.md), with
+// x's error below a bf16 rounding.
 Wna16Kernel wna16_best_kernel() {
   static const Wna16Kernel best = [] {
-    for (Wna16Kernel k : {Wna16Kernel::AVX512_BF16DOT, Wna16Kernel::AVX512, Wna16Kernel::AVX2}) {
+    for (Wna16Kernel k : {Wna16Kernel::AVX512_BF16DOT, Wna16Kernel::AVX512, Wna16Kernel::AVX2_I16DOT}) {
       if (wna16_kernel_supported(k)) return k;
     }
     return Wna16Kernel::SCALAR;
@@ -246,8 +366,8 @@ Wna16Kernel wna16_best_kernel() {
 
 std::vector<Wna16Kernel> wna16_supported_kernels() {
   std::vector<Wna16Kernel> out;
-  for (Wna16Kernel k : {Wna16Kernel::SCALAR, Wna16Kernel::AVX2, Wna16Kernel::AVX512,
-                        Wna16Kernel::AVX512_BF16DOT}) {
+  for (Wna16Kernel k : {Wna16Kernel::SCALAR, Wna16Kernel::AVX2, Wna16Kernel::AVX2_I16DOT,
+                        Wna16Kernel::AVX512, Wna16Kernel::AVX512_BF16DOT}) {
     if (wna16_kernel_supported(k)) out.push_back(k);
   }
   return out;
@@ -264,6 +384,21 @@ std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const Int
     return std::make_shared<detail::Wna16G16Cpu>(weights);
   }
   return std::make_shared<detail::Wna16PackedCpu>(kernel, weights);
+}
+
+void matmul_wna16_exact(const float* x, int64_t m, const Wna16Packed& packed, const float* bias,
+                        float* y) {
+  if (dynamic_cast<const detail::Wna16G16Cpu*>(&packed) != nullptr) {
+    matmul_wna16_with(MatmulPath::STREAMING, x, m, packed, bias, y);
+    return;
+  }
+  const detail::Wna16PackedCpu& p = cpu_packed(packed);
+  const Wna16Layout& w = p.layout();
+  if (m <= 0 || w.rows == 0 || w.cols == 0) {  // the general entry's checks and empty cases
+    matmul_wna16_with(MatmulPath::STREAMING, x, m, packed, bias, y);
+    return;
+  }
+  run_streaming(p.kernel(), w, x, m, bias, y, /*exact=*/true);
 }
 
 void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Packed& packed,

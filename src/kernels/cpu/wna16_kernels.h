@@ -32,6 +32,11 @@ namespace lowbit::kernels::cpu::detail {
 
 constexpr int kWna16TileRows = 8;
 constexpr int kWna16BlockCols = 32;
+// The i16-dot kernel scales x per segment: up to this many column blocks of one group (128
+// columns), so int32 sums of 8-bit codes times int16 x cannot overflow (wna16_i16dot_avx2.cc).
+constexpr int64_t kWna16I16SegmentBlocks = 4;
+// Rows of x per micro-tile of the i16-dot GEMM (wna16_i16gemm_avx2.cc).
+constexpr int kWna16I16GemmRows = 3;
 
 // A view of the packed weights (pointers into a Wna16PackedCpu). The inline helpers here are for
 // baseline-ISA files only: ISA files compute their offsets themselves (matmul_kernels.h, rules).
@@ -103,6 +108,19 @@ struct Wna16Args {
   const float* x = nullptr;      // [m, padded_cols], in packed column order, zero padded
   const uint16_t* xb = nullptr;  // bf16dot: [m, padded_cols] bf16(x) in packed column order
   const float* xsum = nullptr;   // bf16dot with zero points: [m, groups] sums of the bf16 x
+  // i16dot: x as int16 in packed column order, [m, padded_cols], with per (row of x, segment)
+  // its scale sx and sx · Σ xq, [m, segments]; segments as the kernel walks them: each group's
+  // column blocks cut into runs of kWna16I16SegmentBlocks, groups in order, empty groups none.
+  const int16_t* xq = nullptr;
+  // i16dot GEMM: the same xq as int32 column pairs (low half the even column), segment by
+  // segment, sliver by sliver (kWna16I16GemmRows rows of x; rows past m zero): for the segment of
+  // pairs [p0, p0 + L), xq_pairs[(p0 · slivers + sliver · L + p - p0) · R + i % R]. A micro-tile's
+  // broadcasts read one contiguous run, and a segment's x for all rows is one sequential stream.
+  const int32_t* xq_pairs = nullptr;
+  int64_t slivers = 0;
+  const float* xq_scale = nullptr;
+  const float* xq_sum = nullptr;
+  int64_t segments = 0;
   const float* bias = nullptr;
   float* y = nullptr;            // [m, rows]
 };
@@ -112,6 +130,10 @@ void wna16_gemv_scalar(const Wna16Args& args, Range tiles);
 void wna16_gemv_avx2(const Wna16Args& args, Range tiles);
 void wna16_gemv_avx512(const Wna16Args& args, Range tiles);
 void wna16_gemv_bf16dot_avx512(const Wna16Args& args, Range tiles);
+void wna16_gemv_i16dot_avx2(const Wna16Args& args, Range tiles);
+// The blocked (prefill) counterpart of wna16_gemv_i16dot_avx2, same arguments and arithmetic;
+// writes y rows of tiles [tiles.begin, tiles.end) for all m rows of x.
+void wna16_gemm_i16dot_avx2(const Wna16Args& args, Range tiles);
 
 // PackWeights for run_blocked: args.w points to a Wna16Layout and args.k is its padded_cols.
 // Decodes rows [row0, row0 + rows) × packed columns [k0, k0 + kc) into fp32 panels of nr rows,

@@ -344,7 +344,7 @@ class BnbInt8Linear : public KernelLinear {
       }
       w.codes[i] = static_cast<uint8_t>(q[i] + 128);  // symmetric: implicit zero 128
     }
-    finish_int(layer, std::move(w), std::nullopt);
+    finish_int(layer, std::move(w), std::nullopt, /*fake_quantized_inputs=*/true);
   }
 
   void apply(const float* x, int64_t rows, const float* bias, float* y) const override {

@@ -163,13 +163,11 @@ class GgufConfig : public QuantizationConfig {
     d.min_capability = 60;  // vLLM's GGUFConfig
     d.act_dtypes = {DType::F32, DType::F16, DType::BF16};
     d.layers = {LayerKind::Linear, LayerKind::LmHead, LayerKind::Embedding};
-    std::optional<KernelSpec> opt_in_w8a8;
     for (KernelSpec& k : int_weight_kernels()) {
       if (k.name == "w8a8") {  // activations stay in float unless asked
         k.implements = "opt-in (--linear-backend w8a8, CPU): activations quantized per token to "
                        "int8 at run time, int32 dot products, the file's block scales per group";
-        opt_in_w8a8 = std::move(k);
-        continue;
+        k.opt_in = true;  // the GPU has no int8-activation kernel for group-32 or 4-bit weights
       }
       d.kernels.push_back(std::move(k));
     }
@@ -180,15 +178,7 @@ class GgufConfig : public QuantizationConfig {
         "Q4_1/Q5_0/Q5_1, Q2_K..Q5_K (and embeddings) decoded at load to f32 (or --dtype bf16 / "
         "f16), dense matmul";
     d.kernels.push_back(decode);
-    // The GPU kernels follow the default arithmetic only: the GPU has no int8-activation kernel
-    // for group-32 or 4-bit weights, so the CPU opt-in must not derive one.
     add_gpu_kernels(d);
-    if (opt_in_w8a8) {
-      const auto after_wna16 = std::find_if(d.kernels.begin(), d.kernels.end(),
-                                            [](const KernelSpec& k) { return k.name == "wna16"; });
-      d.kernels.insert(after_wna16 == d.kernels.end() ? d.kernels.begin() : after_wna16 + 1,
-                       std::move(*opt_in_w8a8));
-    }
     return d;
   }
   MethodDescription describe() const override { return description(); }

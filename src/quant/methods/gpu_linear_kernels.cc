@@ -180,7 +180,7 @@ void add_gpu_kernels(MethodDescription& d) {
   if (!dense_layers) return;  // MoE experts only: the GPU backend runs no MoE model
   std::vector<GpuLinearKernel> found;
   for (const KernelSpec& cpu : std::vector<KernelSpec>(d.kernels)) {
-    if (cpu.isa == KernelSpec::Isa::Cuda || cpu.isa == KernelSpec::Isa::Rocm) continue;
+    if (cpu.isa == KernelSpec::Isa::Cuda || cpu.isa == KernelSpec::Isa::Rocm || cpu.opt_in) continue;
     for (const CpuKernelCase& c : cpu_kernel_cases()) {
       if (c.cpu_kernel != cpu.name) continue;
       const GpuLinearKernel k = choose_gpu_linear(c.layer).kernel;

@@ -175,7 +175,7 @@ KernelLinear::KernelLinear() : state_(std::make_unique<State>()) {}
 KernelLinear::~KernelLinear() = default;
 
 void KernelLinear::finish_int(const LayerParams& layer, kernels::IntWeights weights,
-                              std::optional<InputQuant> input) {
+                              std::optional<InputQuant> input, bool fake_quantized_inputs) {
   State& s = *state_;
   s.rows = weights.rows;
   s.cols = weights.cols;
@@ -188,10 +188,13 @@ void KernelLinear::finish_int(const LayerParams& layer, kernels::IntWeights weig
             : std::vector<Family>{Family::Wna16, Family::Dequant};
   select(layer, chain, [&](Family f) {
     if (f == Family::Wna16) {
-      // Emulated input quantization (W4AFP8) keeps the kernels that compute in fp32: rounding its
-      // fp8-grid inputs to bf16 (the bf16-dot kernel) would move them off the grid it emulates.
-      s.wna16 = input ? kernels::cpu::pack_wna16_with(exact_wna16_kernel(), weights)
-                      : kernels::pack_wna16(weights);
+      // Emulated input quantization (W4AFP8, LLM.int8()) keeps the kernels that compute in fp32:
+      // rounding its grid inputs to bf16 (the bf16-dot kernel) or int16 (the i16-dot kernel)
+      // would move them off the grid it emulates, and the next layer's rounding decisions with
+      // them (measured: 0.05 on the bnb_int8 fixture's logits, against 1e-4).
+      s.wna16 = input || fake_quantized_inputs
+                    ? kernels::cpu::pack_wna16_with(exact_wna16_kernel(), weights)
+                    : kernels::pack_wna16(weights);
       s.name = s.wna16->kernel_name();
     } else if (f == Family::W8a8) {
       s.int8_act = int8_activations(*input);
@@ -269,10 +272,11 @@ Tensor KernelLinear::dequantized_weight() const {
   const State& s = *state_;
   switch (s.family) {
     case Family::Wna16:
-      // The streaming path: it keeps (q - z) · s in fp32 on every kernel (the bf16-dot kernel's
-      // blocked path rounds the weights to bf16, which a probe would read back).
+      // x in fp32 and (q - z) · s as ref forms it, on every kernel (the bf16-dot kernel's
+      // blocked path rounds the weights to bf16, the i16-dot kernel quantizes x: a probe would
+      // read either back).
       return probe_weight(s.rows, s.cols, [&](const float* x, int64_t m, float* y) {
-        kernels::cpu::matmul_wna16_with(kernels::cpu::MatmulPath::STREAMING, x, m, *s.wna16, nullptr, y);
+        kernels::cpu::matmul_wna16_exact(x, m, *s.wna16, nullptr, y);
       });
     case Family::Fp8:
       return probe_weight(s.rows, s.cols, [&](const float* x, int64_t m, float* y) {

@@ -51,8 +51,10 @@ class KernelLinear : public LinearMethod {
   const std::optional<InputQuant>& input_quant() const;
 
  protected:
+  // fake_quantized_inputs: the caller puts its inputs on a quantization grid itself (LLM.int8()),
+  // so the layer keeps the kernels that compute x in fp32, as for emulated input quantization.
   void finish_int(const LayerParams& layer, kernels::IntWeights weights,
-                  std::optional<InputQuant> input);
+                  std::optional<InputQuant> input, bool fake_quantized_inputs = false);
   void finish_fp8(const LayerParams& layer, kernels::Fp8Weights weights,
                   std::optional<InputQuant> input);
   // values: the dequantized weight [out, in] fp32 (rounded as the format's decompressor does).

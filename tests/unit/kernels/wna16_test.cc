@@ -89,6 +89,12 @@ IntWeights random_weights(const Shape& s, Rng& rng) {
 //    M_fold = Σ s·(|q - z0| + |z - z0|)·|x|. Compared with ref run on bf16(x) (the same exact
 //    value): |Δ| ≤ 2·γ(k' + 2·groups + 9)·(M_fold + Σ|w·x| + |b|). Against ref on x itself,
 //    rounding x adds |bf16(x) - x| ≤ 2^-9·|x| per term, i.e. 2^-9·Σ|w·x| more.
+//  - the i16dot kernel (decode) computes Σ_seg s·sx·(Σ q·xq - z·Σ xq) with exact integer sums,
+//    xq = round(x / sx), sx = max|x| / 32767 over a run of at most 128 columns: the exact value
+//    for x' = sx·xq, |x' - x| <= 0.51·sx <= 0.51·max_row|x| / 32767 (0.5 for the rounding, and
+//    ~2^-24·32767 for x / sx's own), so against ref on x: |Δ| <= 0.51·max_row|x|/32767·Σ|w| plus
+//    fp32 roundings on terms bounded by M_u = Σ s·(q + z)·|x'| (unsigned codes, the zero folded
+//    per run; at most ~2k' deep) and ref's own 2·γ(k'+1)·(Σ|w·x| + |b|).
 // A kernel that drops, repeats or misplaces one term of a k ≈ 300 sum is off by ~Σ|w·x|/300, far
 // above the ~4e-5·Σ|w·x| the exact bounds allow here.
 double gamma(double n) {
@@ -103,6 +109,8 @@ struct Problem {
   std::vector<float> x, x_bf16, bias;
   std::vector<float> y_ref, y_ref_bf16;  // ref on x, ref on bf16(x)
   std::vector<double> magnitude, magnitude_fold;
+  // i16dot: Σ s·(q + z)·|x| per output, Σ|(q - z)·s| per weight row, max|x| per row of x.
+  std::vector<double> magnitude_unsigned, weight_abs_sum, x_amax;
   // Σ bf16(w)·bf16(x) + b in double, w = ref's fp32 (q - z)·s, and Σ|bf16(w)·bf16(x)| + |b|: the
   // bf16-dot kernel's blocked path (both operands rounded to bf16, exact products, fp32 sums).
   std::vector<double> y_bf16wx, magnitude_bf16wx;
@@ -136,6 +144,15 @@ Problem make_problem(const Shape& shape, int64_t m, bool with_bias, Rng& rng,
   const double z0 = static_cast<double>(1 << (shape.bits - 1));
   p.magnitude.assign(p.y_ref.size(), 0.0);
   p.magnitude_fold.assign(p.y_ref.size(), 0.0);
+  p.magnitude_unsigned.assign(p.y_ref.size(), 0.0);
+  p.weight_abs_sum.assign(static_cast<size_t>(shape.rows), 0.0);
+  p.x_amax.assign(static_cast<size_t>(m), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < shape.cols; ++c) {
+      p.x_amax[static_cast<size_t>(i)] =
+          std::max(p.x_amax[static_cast<size_t>(i)], std::fabs(static_cast<double>(p.x[static_cast<size_t>(i * shape.cols + c)])));
+    }
+  }
   p.y_bf16wx.assign(p.y_ref.size(), 0.0);
   p.magnitude_bf16wx.assign(p.y_ref.size(), 0.0);
   for (int64_t r = 0; r < shape.rows; ++r) {
@@ -147,12 +164,15 @@ Problem make_problem(const Shape& shape, int64_t m, bool with_bias, Rng& rng,
       const double weight = std::fabs(w);
       const double w16 = bf16_to_f32(f32_to_bf16(w));
       const double fold = s * (std::fabs(q - z0) + std::fabs(p.w.zero(r, g) - z0));
+      const double unsigned_fold = s * (q + p.w.zero(r, g));
+      p.weight_abs_sum[static_cast<size_t>(r)] += weight;
       for (int64_t i = 0; i < m; ++i) {
         const auto o = static_cast<size_t>(i * shape.rows + r);
         const double xv = p.x[static_cast<size_t>(i * shape.cols + c)];
         const double x16 = p.x_bf16[static_cast<size_t>(i * shape.cols + c)];
         p.magnitude[o] += weight * std::fabs(xv);
         p.magnitude_fold[o] += fold * std::fabs(xv);
+        p.magnitude_unsigned[o] += unsigned_fold * std::fabs(xv);
         p.y_bf16wx[o] += w16 * x16;
         p.magnitude_bf16wx[o] += std::fabs(w16 * x16);
       }
@@ -192,15 +212,23 @@ int check_all_kernels(const Problem& p) {
     // Its blocked path (the general layout, 2..4 bits: wider codes run the exact AVX-512 kernel)
     // rounds both x and the dequantized weights to bf16.
     const bool bf16_blocked = std::string(packed->kernel_name()) == "wna16_avx512_bf16dot";
+    // The i16-dot kernel quantizes x on both paths (same arithmetic, as bounded above).
+    const bool i16_kernel = kernel == Wna16Kernel::AVX2_I16DOT;
     for (MatmulPath path : {MatmulPath::AUTO, MatmulPath::STREAMING, MatmulPath::BLOCKED}) {
       std::vector<float> y(p.y_ref.size(), std::nanf(""));
       cpu::matmul_wna16_with(path, p.x.data(), p.m, *packed, bias, y.data());
       const bool maybe_bf16 = bf16_kernel && (path != MatmulPath::BLOCKED || g16);
       const bool maybe_bf16wx = bf16_blocked && path != MatmulPath::STREAMING;
+      const bool maybe_i16 = i16_kernel;
       for (size_t o = 0; o < y.size(); ++o) {
         const double b = bias ? std::fabs(bias[o % static_cast<size_t>(s.rows)]) : 0.0;
         double tolerance = 2.0 * gamma(padded_k + 1) * (p.magnitude[o] + b);
         double want = p.y_ref[o];
+        if (maybe_i16 && !(std::fabs(y[o] - want) <= tolerance)) {
+          tolerance += 2.0 * gamma(2.0 * padded_k + 9) * (1.001 * p.magnitude_unsigned[o] + b) +
+                       0.51 * p.x_amax[o / static_cast<size_t>(s.rows)] / 32767.0 *
+                           p.weight_abs_sum[o % static_cast<size_t>(s.rows)];
+        }
         if (maybe_bf16wx && (path == MatmulPath::BLOCKED || !(std::fabs(y[o] - want) <= tolerance))) {
           // Exact products of bf16 operands summed in fp32 (k additions; the driver adds the
           // bias in fp32 once more), and the contract against fp32 operands: each product off by
@@ -332,6 +360,34 @@ TEST(Wna16Test, Fp16ScalesMatchReference) {
   w.scales[0] = std::nextafter(w.scales[0], 1.0f);  // one scale fp16 cannot hold: all stay fp32
   const size_t fp32_bytes = pack_wna16(w)->bytes();
   EXPECT_EQ(fp32_bytes - fp16_bytes, w.scales.size() * 2) << "fp16 scales save 2 bytes each";
+}
+
+// matmul_wna16_exact keeps x in fp32 on every kernel: an identity x reads back (q - z) · s exactly
+// as ref forms it (a single product per output, then + 0), in every row and column. Small m
+// included (the i16-dot and bf16-dot kernels would quantize or round x there on their decode).
+TEST(Wna16Test, ExactPathReadsTheWeightsBack) {
+  Rng rng(27);
+  for (const Shape& shape : {Shape{4, 19, 7, 0, true, false}, Shape{4, 21, 96, 32, false, true},
+                             Shape{8, 9, 160, 64, true, false}, Shape{3, 16, 256, 128, false, false}}) {
+    const IntWeights w = random_weights(shape, rng);
+    std::vector<float> identity(static_cast<size_t>(shape.cols * shape.cols), 0.0f);
+    for (int64_t c = 0; c < shape.cols; ++c) identity[static_cast<size_t>(c * shape.cols + c)] = 1.0f;
+    for (Wna16Kernel kernel : cpu::wna16_supported_kernels()) {
+      auto packed = cpu::pack_wna16_with(kernel, w);
+      std::vector<float> y(static_cast<size_t>(shape.cols * shape.rows), std::nanf(""));
+      cpu::matmul_wna16_exact(identity.data(), shape.cols, *packed, nullptr, y.data());
+      int64_t differ = 0;
+      for (int64_t c = 0; c < shape.cols; ++c) {
+        for (int64_t r = 0; r < shape.rows; ++r) {
+          const int64_t g = w.group_of(c);
+          const float q = static_cast<float>(w.codes[static_cast<size_t>(r * shape.cols + c)]);
+          const float want = (q - w.zero(r, g)) * w.scales[static_cast<size_t>(r * w.groups() + g)];
+          differ += y[static_cast<size_t>(c * shape.rows + r)] != want;
+        }
+      }
+      EXPECT_EQ(differ, 0) << cpu::wna16_kernel_name(kernel) << " " << describe(shape, shape.cols);
+    }
+  }
 }
 
 TEST(Wna16Test, EmptyShapes) {
