@@ -124,7 +124,9 @@ void add_model_load_options(CLI::App* app, ModelLoadOptions& options) {
                   "methods` lists them)");
   app->add_option("--linear-backend", options.linear_backend,
                   "Force the kernel family of quantized Linear layers: wna16, w8a8, fp8 or "
-                  "dequant (an error if it cannot run a layer)");
+                  "dequant (an error if it cannot run a layer). GGUF files: w8a8 runs Q4_0 / "
+                  "Q8_0 / Q6_K with int8 activations, llama.cpp's arithmetic (faster prefill; "
+                  "faster Q4_0 decode on AVX2-only CPUs)");
   app->add_option("--dtype", options.dtype,
                   "What dequantized weights are held in: auto (the checkpoint's), float32, "
                   "bfloat16, float16")
