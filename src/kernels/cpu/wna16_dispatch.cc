@@ -111,19 +111,29 @@ void bf16_x(const Wna16Layout& w, const float* x, int64_t m, detail::Wna16Args& 
   args.xsum = xsum;
 }
 
+// Calls fn(cb0, cb1, index) for each segment of the i16-dot kernels, in the order they walk them:
+// each group's column blocks in runs of kWna16I16SegmentBlocks, groups in order.
+template <typename Fn>
+void for_each_i16_segment(const Wna16Layout& w, Fn fn) {
+  int64_t index = 0;
+  for (int64_t g = 0; g < w.groups; ++g) {
+    const int64_t end = w.group_blocks[g + 1];
+    for (int64_t cb = w.group_blocks[g]; cb < end; cb += detail::kWna16I16SegmentBlocks) {
+      fn(cb, std::min(cb + detail::kWna16I16SegmentBlocks, end), index++);
+    }
+  }
+}
+
 // x quantized to int16 for the i16-dot kernel (wna16_i16dot_avx2.cc), in packed column order: per
-// row of x and segment (a group's column blocks in runs of kWna16I16SegmentBlocks), the scale
-// sx = max|x| / 32767 and xq = round(x / sx) in [-32767, 32767]; with it sx · Σ xq, which the
-// kernel multiplies by each row's zero point. A segment holding Inf or NaN gets sx = NaN, so that
-// the rows it meets come out NaN, as an fp32 dot product's would (not some finite value).
-// With `slivers`, also xq_pairs for the GEMM (wna16_kernels.h).
+// row of x and segment (for_each_i16_segment), the scale sx = max|x| / 32767 and xq = round(x / sx)
+// in [-32767, 32767]; with it sx · Σ xq, which the kernel multiplies by each row's zero point. A
+// segment holding Inf or NaN gets sx = NaN, so that the rows it meets come out NaN, as an fp32 dot
+// product's would (not some finite value). With `slivers`, also xq_pairs for the GEMM
+// (wna16_kernels.h).
 void i16_x(const Wna16Layout& w, const float* x, int64_t m, bool slivers, detail::Wna16Args& args) {
   const int64_t kp = w.padded_cols;
   int64_t segments = 0;
-  for (int64_t g = 0; g < w.groups; ++g) {
-    const int64_t blocks = w.group_blocks[g + 1] - w.group_blocks[g];
-    segments += (blocks + detail::kWna16I16SegmentBlocks - 1) / detail::kWna16I16SegmentBlocks;
-  }
+  for_each_i16_segment(w, [&](int64_t, int64_t, int64_t) { ++segments; });
   constexpr int64_t R = detail::kWna16I16GemmRows;
   const int64_t sliver_rows = slivers ? (m + R - 1) / R * R : 0;
   const size_t floats = static_cast<size_t>(2 * m * segments + (m * kp + 1) / 2 + sliver_rows * kp / 2);
@@ -140,56 +150,49 @@ void i16_x(const Wna16Layout& w, const float* x, int64_t m, bool slivers, detail
       return c < w.cols ? row[c] : 0.0f;
     };
     int16_t* out = xq + i * kp;
-    int64_t seg = 0;
-    for (int64_t g = 0; g < w.groups; ++g) {
-      for (int64_t cb = w.group_blocks[g]; cb < w.group_blocks[g + 1];
-           cb += detail::kWna16I16SegmentBlocks, ++seg) {
-        const int64_t c0 = cb * kWna16BlockCols;
-        const int64_t c1 = std::min(cb + detail::kWna16I16SegmentBlocks, w.group_blocks[g + 1]) * kWna16BlockCols;
-        float amax = 0.0f;
-        bool finite = true;
-        for (int64_t c = c0; c < c1; ++c) {
-          const float v = at(c);
-          amax = std::max(amax, std::fabs(v));
-          finite = finite && std::isfinite(v);
-        }
-        const float sx = !finite ? std::numeric_limits<float>::quiet_NaN() : amax / 32767.0f;
-        const float inverse = finite && amax > 0.0f ? 32767.0f / amax : 0.0f;
-        int32_t total = 0;
-        for (int64_t c = c0; c < c1; ++c) {
-          // |row[c]| · inverse <= 32767 up to one rounding: clamp, then round to nearest even by
-          // adding and subtracting 1.5 · 2^23 (exact for |v| < 2^22; no libm call per element).
-          const float v = std::clamp(at(c) * inverse, -32767.0f, 32767.0f);
-          const float rounded = (v + 12582912.0f) - 12582912.0f;
-          out[c] = finite ? static_cast<int16_t>(rounded) : int16_t{0};
-          total += out[c];
-        }
-        scale[i * segments + seg] = sx;
-        sum[i * segments + seg] = sx * static_cast<float>(total);
+    for_each_i16_segment(w, [&](int64_t cb0, int64_t cb1, int64_t seg) {
+      const int64_t c0 = cb0 * kWna16BlockCols, c1 = cb1 * kWna16BlockCols;
+      float amax = 0.0f;
+      bool finite = true;
+      for (int64_t c = c0; c < c1; ++c) {
+        const float v = at(c);
+        amax = std::max(amax, std::fabs(v));
+        finite = finite && std::isfinite(v);
       }
-    }
+      const float sx = !finite ? std::numeric_limits<float>::quiet_NaN() : amax / 32767.0f;
+      const float inverse = finite && amax > 0.0f ? 32767.0f / amax : 0.0f;
+      int32_t total = 0;
+      for (int64_t c = c0; c < c1; ++c) {
+        // |row[c]| · inverse <= 32767 up to one rounding: clamp, then round to nearest even by
+        // adding and subtracting 1.5 · 2^23 (exact for |v| < 2^22; no libm call per element).
+        const float v = std::clamp(at(c) * inverse, -32767.0f, 32767.0f);
+        const float rounded = (v + 12582912.0f) - 12582912.0f;
+        out[c] = finite ? static_cast<int16_t>(rounded) : int16_t{0};
+        total += out[c];
+      }
+      scale[i * segments + seg] = sx;
+      sum[i * segments + seg] = sx * static_cast<float>(total);
+    });
   }
   if (slivers) {
     const int64_t count = sliver_rows / R;
-    for (int64_t g = 0; g < w.groups; ++g) {
-      for (int64_t cb = w.group_blocks[g]; cb < w.group_blocks[g + 1]; cb += detail::kWna16I16SegmentBlocks) {
-        const int64_t p0 = cb * kWna16BlockCols / 2;
-        const int64_t len = (std::min(cb + detail::kWna16I16SegmentBlocks, w.group_blocks[g + 1]) - cb) * kWna16BlockCols / 2;
-        for (int64_t i = 0; i < sliver_rows; ++i) {
-          int32_t* out = pairs + (p0 * count + (i / R) * len) * R + i % R;
-          if (i >= m) {
-            for (int64_t j = 0; j < len; ++j) out[j * R] = 0;
-            continue;
-          }
-          const int16_t* row = xq + i * kp + 2 * p0;
-          for (int64_t j = 0; j < len; ++j) {  // low half: the even column, as vpmaddwd pairs them
-            const uint32_t pair = static_cast<uint16_t>(row[2 * j]) |
-                                  (static_cast<uint32_t>(static_cast<uint16_t>(row[2 * j + 1])) << 16);
-            out[j * R] = static_cast<int32_t>(pair);
-          }
+    for_each_i16_segment(w, [&](int64_t cb0, int64_t cb1, int64_t) {
+      const int64_t p0 = cb0 * kWna16BlockCols / 2;
+      const int64_t len = (cb1 - cb0) * kWna16BlockCols / 2;
+      for (int64_t i = 0; i < sliver_rows; ++i) {
+        int32_t* out = pairs + (p0 * count + (i / R) * len) * R + i % R;
+        if (i >= m) {
+          for (int64_t j = 0; j < len; ++j) out[j * R] = 0;
+          continue;
+        }
+        const int16_t* row = xq + i * kp + 2 * p0;
+        for (int64_t j = 0; j < len; ++j) {  // low half: the even column, as vpmaddwd pairs them
+          const uint32_t pair = static_cast<uint16_t>(row[2 * j]) |
+                                (static_cast<uint32_t>(static_cast<uint16_t>(row[2 * j + 1])) << 16);
+          out[j * R] = static_cast<int32_t>(pair);
         }
       }
-    }
+    });
     args.xq_pairs = pairs;
     args.slivers = count;
   }
