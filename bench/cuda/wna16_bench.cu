@@ -22,8 +22,14 @@
 // m = 16: ~60% of bandwidth: gate ~11 µs, ~2.8x bf16. m = 32: mma.sync + dequant ~200 TFLOP/s:
 // gate ~19 µs (~1.7x bf16). m = 64 / 128: 2 / 4 launches, ~1.4x / ~0.4-0.5x bf16 but still ahead
 // of the dequant path (~90 µs on gate), which AUTO now takes only beyond ~128 rows. int8 per
-// channel: ~1.9x the int4 bytes, same fractions. The "split" lines time m = 1 and 16 at each
-// forced warps-per-block (k split) against the automatic choice ("auto").
+// channel: ~1.9x the int4 bytes, same fractions.
+// Block kernel (wna16_block.cu, 17..64 rows; session 28): x staged once per block of 4 warps × 2
+// tiles, narrow layers split k over a cluster. Prediction: mma.sync + dequant at ~250 TFLOP/s where
+// the grid fills the GPU: gate_up m = 64 ~60 µs (~1.0x bf16, against 123 µs for two stream
+// launches); measured 65 µs, 231 TFLOP/s (bench/NOTES.md).
+// The "split" lines time m = 1 and 16 (stream kernel: forced warps per block, the k split) and
+// m = 64 (block kernel: forced shares of k, the cluster size; 16 means 8) against the automatic
+// choice ("auto").
 // Method (METHOD.md): random data (never zeros), weights rotated over enough copies to exceed the
 // 50 MB L2 twice, warm-up, one CUDA graph of kCalls calls replayed kReps times, per-call time =
 // replay median / kCalls. Each configuration's output is checked in the same run against double
@@ -248,7 +254,7 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
 
   // The k split (warps per block) of the stream kernel, forced, at m = 1 and 16 (x in packed
   // order: these shapes need no gather).
-  for (int64_t m : {1, 16}) {
+  for (int64_t m : {1, 16, 64}) {
     std::printf("%-8s int%d %-7s m=%-5lld split:", c.name, bits, group == c.k ? "channel" : "g128", static_cast<long long>(m));
     for (int split : {0, 1, 2, 4, 8, 16}) {
       const double us = time_graph(stream, [&](int i) {

@@ -249,21 +249,27 @@ size_t gather_bytes(int64_t m, const Wna16GpuLayout& L) {
 
 }  // namespace
 
-// AUTO's model (times in µs on an H200; the constants are the first measurements, rounded down):
-// STREAM runs ceil(m / 32) launches, each reading the packed weights once at ~3.3 TB/s or doing
-// its tensor-core work at ~200 TFLOP/s (mma.sync plus the dequantization), whichever is longer,
-// plus ~3 µs per launch; DEQUANT_GEMM reads the packed weights and writes bf16 ones (~3 TB/s),
-// then cuBLASLt reads them again or computes at ~650 TFLOP/s, plus ~6 µs for the two launches per
-// slice. With one pass over the weights STREAM cannot lose (m <= 32); beyond, the model decides:
-// ~m <= 128 streams on Llama-sized layers, since dequantizing moves ~4.5x the packed bytes.
+// AUTO's model (times in µs on an H200; constants from the measurements of bench/NOTES.md, rounded):
+// STREAM runs ceil(m / 64) launches, each reading the packed weights once at ~3 TB/s or doing its
+// tensor-core work (mma.sync plus the dequantization) at ~230 TFLOP/s scaled by how much of one
+// wave of resident blocks the block kernel's grid fills (264 on the H200: two per SM), whichever is
+// longer, plus ~3 µs per launch; DEQUANT_GEMM reads the packed weights and writes bf16 ones (~3
+// TB/s), then cuBLASLt reads them again or computes at ~650 TFLOP/s, plus ~6 µs for the two
+// launches per slice. With one pass over the weights STREAM wins to m = 64 on every Llama-8B shape
+// (measured); beyond, the model decides: at 128 rows the wide layers (gate/up) stream and the
+// narrow ones (q/k/v, o, down) dequantize.
 Wna16GpuPath wna16_auto_path(int64_t m, const Wna16GpuWeights& weights) {
   if (m <= detail::kWna16StreamMaxRows) return Wna16GpuPath::STREAM;
   const Wna16GpuLayout& L = weights.layout;
   const double packed = static_cast<double>(weights.codes.bytes() + weights.scales.bytes() + weights.zeros.bytes());
   const double weights_n = static_cast<double>(L.tiles * 16) * static_cast<double>(L.padded_cols());
   const double launches = std::ceil(static_cast<double>(m) / static_cast<double>(detail::kWna16StreamMaxRows));
-  const double rows = std::min<double>(static_cast<double>(m), static_cast<double>(detail::kWna16StreamMaxRows));
-  const double stream_us = launches * (3.0 + std::max(packed / 3.3e6, 2.0 * rows * weights_n / 200e6));
+  const double rows = std::ceil(static_cast<double>(m) / launches);
+  constexpr int64_t kResident = 264;
+  const int64_t blocks = (L.tiles + detail::kWna16BlockTiles - 1) / detail::kWna16BlockTiles;
+  const double fill = std::min(1.0, static_cast<double>(blocks * detail::wna16_block_splits(blocks, L.chunks, kResident)) /
+                                        static_cast<double>(kResident));
+  const double stream_us = launches * (3.0 + std::max(packed / 3.0e6, 2.0 * rows * weights_n / (230e6 * fill)));
   const double slices = std::ceil(static_cast<double>(L.tiles) / static_cast<double>(std::max<int64_t>(detail::slice_tiles(L), 1)));
   const double dequant_us = slices * 6.0 + (packed + 2.0 * weights_n) / 3.0e6 +
                             std::max(2.0 * weights_n / 3.3e6, 2.0 * static_cast<double>(m) * weights_n / 650e6);
@@ -322,7 +328,7 @@ PackedX packed_x(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, v
   return {gathered, L.padded_cols(), scratch + gather_bytes(m, L)};
 }
 
-// The stream kernel over m rows: launches of at most 32 rows (each streams the weights once), as
+// The STREAM path over m rows: launches of at most 64 rows (each streams the weights once), as
 // even as possible; launch(first_row, rows) issues one.
 template <typename Launch>
 void stream_launches(int64_t m, Launch launch) {

@@ -4,17 +4,22 @@
 // points, optional GPTQ g_idx), repacked once at load by pack_wna16_for_gpu.
 //
 // Two paths:
-//  STREAM (decode; AUTO for m <= 32 and, by a bytes-and-FLOPs model, beyond while it beats
-//    DEQUANT_GEMM: ~m <= 128 on Llama-sized layers): one bandwidth-bound kernel streams the packed
-//    codes once per 32 rows of x (launches of <= 32 rows). Each thread copies its share of the
-//    codes, scales, zero points and x pieces into a private ring of shared memory with cp.async
-//    several chunks ahead (no barrier in the loop), turns each code into the exact integer (q - z)
-//    as bf16 in registers (lop3 / magic numbers, no table), multiplies on the tensor cores
-//    (mma.sync m16n8k16, weights as the 16-row operand, x as the 8-column one, fp32 accumulate) and
-//    applies the fp32 scale once per group to the fp32 partial sum. A block owns 32 output rows; its
-//    1..16 warps split k (chosen per shape so the grid fills the GPU) and reduce in shared memory,
-//    in a fixed order; bias and the bf16 rounding at the end. No second kernel, no atomics:
-//    deterministic.
+//  STREAM (decode and small batches; AUTO for m <= 64 and, by a bytes-and-FLOPs model, beyond
+//    while it beats DEQUANT_GEMM: at 128 rows the gate/up-sized layers): the packed codes are
+//    streamed once per launch of <= 64 rows of x. Each thread copies its share of the codes,
+//    scales, zero points and x pieces into a ring of shared memory with cp.async several chunks
+//    ahead, turns each code into the exact integer (q - z) as bf16 in registers (lop3 / magic
+//    numbers, no table), multiplies on the tensor cores (mma.sync m16n8k16, weights as the 16-row
+//    operand, x as the 8-column one, fp32 accumulate) and applies the fp32 scale once per group to
+//    the fp32 partial sum. Two kernels share that arithmetic:
+//    - m <= 16, the stream kernel (wna16_stream.cu): a block owns 32 output rows; its 1..16 warps
+//      split k, each with a private ring (no barrier in the loop), and reduce in shared memory in a
+//      fixed order.
+//    - 17..64 rows, the block kernel (wna16_block.cu): a block's 4 warps own 128 output rows and
+//      walk the same chunks, so x is staged once per block and each x fragment feeds 2 tiles;
+//      narrow layers split k over a thread block cluster of <= 8 blocks, reduced through
+//      distributed shared memory in a fixed order.
+//    Bias and the bf16 rounding at the end. No second kernel, no atomics: deterministic.
 //    Accuracy: the products (q - z)·x are exact, so y = Σ_groups s·(Σ (q - z)·x) in fp32 (tensor
 //    core accumulation) then rounded once to bf16: |Δ| <= γ(k' + groups + 18)·(Σ|w·x| + |b|) + the
 //    bf16 rounding of y (2^-8 relative), with γ(n) ≈ n·2^-22 (the tensor cores may truncate rather
@@ -101,7 +106,7 @@ void wna16_gemm(const uint16_t* x_bf16, int64_t m, const Wna16GpuWeights& weight
 
 // y [m, n] (fp32, unrounded) = x · dequant(W)ᵀ + bias [n] (fp32, may be null): the LM head of a
 // checkpoint that quantized it, whose logits sampling wants in fp32. Always the STREAM path (in
-// launches of 32 rows: a decode step's rows, or the last row of each prefilled sequence); the
+// launches of 64 rows: a decode step's rows, or the last row of each prefilled sequence); the
 // accuracy is STREAM's without the final bf16 rounding. Workspace: wna16_workspace_bytes(m, w,
 // STREAM). Same argument errors as wna16_gemm (y 4-byte aligned).
 void wna16_gemm_f32out(const uint16_t* x_bf16, int64_t m, const Wna16GpuWeights& weights, float* y,

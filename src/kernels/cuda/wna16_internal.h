@@ -33,7 +33,9 @@ namespace lowbit::kernels::cuda::detail {
 constexpr int kWna16TileRows = 16;
 constexpr int kWna16ChunkCols = 64;
 constexpr int kWna16StepCols = 16;
-constexpr int64_t kWna16StreamMaxRows = 32;      // rows of x per stream launch
+constexpr int64_t kWna16StreamMaxRows = 64;     // rows of x per STREAM-path launch
+constexpr int64_t kWna16StreamKernelRows = 16;  // stream kernel up to here, then block kernel
+constexpr int64_t kWna16BlockTiles = 8;         // 16-row tiles of one block of the block kernel
 constexpr size_t kWna16DequantSliceBytes = size_t{64} << 20;  // bf16 weights dequantized at once
 constexpr size_t kWna16LtWorkspaceBytes = size_t{8} << 20;    // cuBLASLt's own scratch
 
@@ -48,9 +50,11 @@ struct Wna16HostPacked {
 // Validates and packs (the host half of pack_wna16_for_gpu).
 Wna16HostPacked pack_wna16_host(const IntWeights& weights);
 
-// The stream kernel on rows [0, m) of x (m <= kWna16StreamMaxRows). x: [m, ldx] in packed column
-// order (ldx >= k'), 16-byte aligned rows. split_override > 0 forces the warps per block (the k
-// split; the benchmark's sweep), else it is chosen from the shape and the device.
+// The STREAM path on rows [0, m) of x (m <= kWna16StreamMaxRows): the stream kernel
+// (wna16_stream.cu) for m <= kWna16StreamKernelRows, else the block kernel (wna16_block.cu). x:
+// [m, ldx] in packed column order (ldx >= k'), 16-byte aligned rows. split_override > 0 forces the
+// k split (stream kernel: warps per block; block kernel: blocks per cluster; the benchmark's
+// sweeps), else it is chosen from the shape and the device.
 void launch_wna16_stream(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
                          const uint16_t* bias, uint16_t* y, cudaStream_t stream, int split_override = 0);
 // The same with fp32 bias (optional) and fp32 output y [m, n], unrounded.
@@ -60,6 +64,11 @@ void launch_wna16_stream_f32(const uint16_t* x, int64_t ldx, int64_t m, const Wn
 void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
                              const uint16_t* bias, uint16_t* y, const float* bias_f32, float* y_f32,
                              cudaStream_t stream, int split_override);
+
+// Shares of k the block kernel splits `blocks` row blocks of `chunks` chunks into (its cluster
+// size, 1..8): double while the doubled grid still fits in one wave of `resident` blocks and each
+// share keeps >= 8 chunks (a ring's ramp is ~D chunks); 8 is the portable cluster size.
+int wna16_block_splits(int64_t blocks, int64_t chunks, int64_t resident);
 
 // bf16 W rows [tile0·16, (tile0 + tiles)·16) dequantized into dst [tiles·16, k'] (row-major).
 void launch_wna16_dequant(const Wna16GpuWeights& w, int64_t tile0, int64_t tiles, uint16_t* dst,

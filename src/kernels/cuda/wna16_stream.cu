@@ -28,84 +28,34 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wna16_device.cuh"
 #include "kernels/cuda/wna16_internal.h"
+#include "kernels/cuda/wna16_kernel_common.cuh"
 
 namespace lowbit::kernels::cuda::detail {
 
 namespace {
 
-constexpr int kMaxWarps = 16;  // warps per block (k split inside a block)
+constexpr int kMaxWarps = 16;    // warps per block (k split inside a block)
+// The grid's target occupancy (choose_split), warps per SM: 14 with one x fragment (m <= 8), 9 with
+// two (m <= 16). Both are what the forced-split sweeps of wna16_bench found best on the H200; 9 is
+// also what 12 KB of ring per warp allowed before the compact stage of session 28, whose extra
+// room otherwise doubled q/k/v's split at m = 16 and cost 14 % (11.6 -> 13.2 us).
+constexpr int warps_per_sm_for(int mt) { return mt == 1 ? 14 : 9; }
 
-struct StreamParams {
-  const uint4* codes = nullptr;
-  const float2* scales = nullptr;
-  const uint32_t* zeros = nullptr;  // byte pairs (rows r0, r1) read as aligned words; null: symmetric
-  const uint16_t* x = nullptr;      // [m, ldx] bf16 in packed column order
-  int64_t ldx = 0;
-  int m = 0;
-  const uint16_t* bias = nullptr;
-  uint16_t* y = nullptr;  // [m, n]
-  // Instead of bias / y: fp32 bias and fp32 output, unrounded (the LM head's logits).
-  const float* bias_f32 = nullptr;
-  float* y_f32 = nullptr;
-  int64_t n = 0;
-  int chunks = 0;
-  int64_t padded_groups = 0;
-  int chunks_per_group = 1;  // GPC == 1: a group spans this many chunks
-  uint32_t zero_pair = 0;    // symmetric zero point of both rows, as a byte pair
-};
-
-// Bytes of one warp's ring stage: codes [R·V][32 lanes] uint4, scales [R·GPC][32] float2, zero
-// words [R·GPC][32] uint32, x [XROWS rows + a zero row][8 pieces of 16 B] (swizzled).
+// Bytes of one warp's ring stage: codes [R·V][32 lanes] uint4, scales [R·GPC][8 row pairs] float2,
+// zero points [R·GPC][16 rows] bytes, x [XROWS rows + a zero row][8 pieces of 16 B] (swizzled). A
+// (tile, group)'s scales and zero points are stored once (lanes 0-7 / 0-3 copy them; the four lanes
+// of a row pair read the same word, a broadcast), not once per lane: at m = 1 this cuts a stage
+// from 2 KB to 1.4 KB, and the shared memory per warp is what bounds the warps per SM.
 __host__ __device__ constexpr int stage_bytes(int bits, int r, int xrows, int gpc) {
-  return r * (bits / 4) * 512 + r * gpc * 256 + r * gpc * 128 + (xrows + 1) * 128;
-}
-
-__device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_ca16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_ca8(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_ca4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Shared-memory loads at explicit addresses. Each lane's ring addresses are computed once and kept
-// opaque (the compiler otherwise recomputes them from the thread index in every chunk: ~25
-// instructions per chunk, a fifth of the loop).
-__device__ __forceinline__ uint32_t opaque(uint32_t v) {
-  asm volatile("" : "+r"(v));
-  return v;
-}
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+  return r * (bits / 4) * 512 + r * gpc * 64 + r * gpc * 16 + (xrows + 1) * 128;
 }
 
 template <int BITS, int MT, int R, int XROWS, int D, int GPC>
-__global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const StreamParams p) {
+__global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const Wna16KernelParams p) {
   constexpr int V = BITS / 4;
   constexpr int SPG = 4 / GPC;  // steps per group inside a chunk when GPC > 1
-  constexpr int kScaleOff = R * V * 512, kZeroOff = kScaleOff + R * GPC * 256;
-  constexpr int kXOff = kZeroOff + R * GPC * 128;
+  constexpr int kScaleOff = R * V * 512, kZeroOff = kScaleOff + R * GPC * 64;
+  constexpr int kXOff = kZeroOff + R * GPC * 16;
   constexpr int kStage = stage_bytes(BITS, R, XROWS, GPC);
   constexpr int kXCopies = (XROWS * 8 + 31) / 32;  // 16-byte x pieces each lane copies per chunk
   static_assert(kXOff + (XROWS + 1) * 128 == kStage, "stage layout");
@@ -124,15 +74,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const S
 
   // Issue cursors: the next chunk to copy, advanced by constant strides (no index arithmetic).
   const uint4* code_ptr[R];
+  // Scale and zero-point copies: lane l < 8 copies row pair l's scales (float2 e + l), lane l < 4
+  // zero-point word l of the (tile, group) (rows 4l .. 4l + 3), e = (tile·PG + group)·8.
   const float2* scale_ptr[R];
-  const uint32_t* zero_ptr[R];  // word holding this lane's pair: element e = (tile·PG + group)·8 + g
+  const uint32_t* zero_ptr[R];
+  const bool copies_scale = lane < 8, copies_zero = lane < 4;
   const int first_group = GPC == 1 ? c_begin / p.chunks_per_group : c_begin * GPC;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     code_ptr[r] = p.codes + ((tile0 + r) * p.chunks + c_begin) * V * 32 + lane;
-    const int64_t e = ((tile0 + r) * p.padded_groups + first_group) * 8 + g;
-    scale_ptr[r] = p.scales + e;
-    zero_ptr[r] = p.zeros ? p.zeros + (e >> 1) : nullptr;
+    const int64_t e = ((tile0 + r) * p.padded_groups + first_group) * 8;
+    scale_ptr[r] = p.scales + e + (lane & 7);
+    zero_ptr[r] = p.zeros ? p.zeros + (e >> 1) + (lane & 3) : nullptr;
   }
   // The codes do not depend on the previous kernel: start this warp's first D - 1 chunks into L2
   // while it finishes (PDL, pdl.cuh; one prefetch per 128-byte line), then wait for x.
@@ -176,8 +129,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const S
     if (row >= p.m) *reinterpret_cast<uint4*>(ring + stage * kStage + kXOff + row * 128 + (i % 8) * 16) = make_uint4(0, 0, 0, 0);
   }
   __syncwarp();
-  const uint32_t code_s = opaque(ring_s + lane * 16), scale_s = opaque(ring_s + kScaleOff + lane * 8);
-  const uint32_t zero_s = opaque(ring_s + kZeroOff + lane * 4);
+  // Copy destinations (lane-indexed) and read addresses (row-pair-indexed) of scales and zeros.
+  const uint32_t code_s = opaque(ring_s + lane * 16);
+  const uint32_t scale_dst = opaque(ring_s + kScaleOff + (lane & 7) * 8), scale_s = opaque(ring_s + kScaleOff + g * 8);
+  const uint32_t zero_dst = opaque(ring_s + kZeroOff + (lane & 3) * 4), zero_s = opaque(ring_s + kZeroOff + (g >> 1) * 4);
   const uint32_t xdst_s[2] = {opaque(ring_s + x_dst[0]), opaque(ring_s + x_dst[1])};
   uint32_t xrd_s[4];
 #pragma unroll
@@ -195,8 +150,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const S
       code_ptr[r] += V * 32;
 #pragma unroll
       for (int j = 0; j < GPC; ++j) {
-        cp_async_ca8(scale_s + st + (r * GPC + j) * 256, scale_ptr[r] + j * 8);
-        if (has_zeros) cp_async_ca4(zero_s + st + (r * GPC + j) * 128, zero_ptr[r] + j * 4);
+        if (copies_scale) cp_async_ca8(scale_dst + st + (r * GPC + j) * 64, scale_ptr[r] + j * 8);
+        if (has_zeros && copies_zero) cp_async_ca4(zero_dst + st + (r * GPC + j) * 16, zero_ptr[r] + j * 4);
       }
     }
 #pragma unroll
@@ -252,10 +207,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const S
       for (int v = 0; v < V; ++v) cw[r][v] = lds128(code_s + st + (r * V + v) * 512);
 #pragma unroll
       for (int j = 0; j < GPC; ++j) {
-        const uint2 sv = lds64(scale_s + st + (r * GPC + j) * 256);
+        const uint2 sv = lds64(scale_s + st + (r * GPC + j) * 64);
         sc[r][j] = make_float2(__uint_as_float(sv.x), __uint_as_float(sv.y));
         if (has_zeros) {
-          const uint32_t word = lds32(zero_s + st + (r * GPC + j) * 128);
+          const uint32_t word = lds32(zero_s + st + (r * GPC + j) * 16);
           neg_zeros<BITS>((word >> zero_shift) & 0xFFFFu, nz[r][j][0], nz[r][j][1]);
         }
       }
@@ -375,12 +330,14 @@ const DeviceLimits& device_limits() {
   return d;
 }
 
-// Warps per block: double while the doubled grid stays within ~1.25 waves of ~14 warps per SM
-// (fewer where shared memory allows fewer: one wave of long-lived warps keeps the rings streaming,
-// more splits only add prologues), each warp keeps >= max(2, D/2) chunks, and the block fits in
-// shared memory.
-int choose_split(int64_t blocks, int64_t chunks, int depth, size_t warp_bytes, const DeviceLimits& d) {
-  const auto per_sm = static_cast<int64_t>(std::min<size_t>(14, static_cast<size_t>(d.smem_per_sm) / warp_bytes));
+// Warps per block: double while the doubled grid stays within ~1.25 waves of `warps_per_sm` (14
+// per 128-register block; fewer where shared memory allows fewer: one wave of long-lived warps
+// keeps the rings streaming, more splits only add prologues), each warp keeps >= max(2, D/2)
+// chunks, and the block fits in shared memory.
+int choose_split(int64_t blocks, int64_t chunks, int depth, size_t warp_bytes, int warps_per_sm,
+                 const DeviceLimits& d) {
+  const auto per_sm = static_cast<int64_t>(
+      std::min<size_t>(static_cast<size_t>(warps_per_sm), static_cast<size_t>(d.smem_per_sm) / warp_bytes));
   const int64_t target = static_cast<int64_t>(d.sms) * std::max<int64_t>(per_sm, 1);
   const int64_t min_chunks = std::max(2, depth / 2);
   int split = 1;
@@ -392,7 +349,7 @@ int choose_split(int64_t blocks, int64_t chunks, int depth, size_t warp_bytes, c
 }
 
 template <int BITS, int MT, int R, int XROWS, int D, int GPC>
-void launch_config(const StreamParams& p, int64_t tiles, int split_override, cudaStream_t stream) {
+void launch_config(const Wna16KernelParams& p, int64_t tiles, int split_override, cudaStream_t stream) {
   auto kernel = wna16_stream_kernel<BITS, MT, R, XROWS, D, GPC>;
   const DeviceLimits& d = device_limits();
   constexpr size_t kWarpBytes = static_cast<size_t>(D) * stage_bytes(BITS, R, XROWS, GPC);
@@ -408,7 +365,7 @@ void launch_config(const StreamParams& p, int64_t tiles, int split_override, cud
     raised.fetch_or(bit);
   }
   const int64_t blocks = tiles / R;
-  int split = choose_split(blocks, p.chunks, D, kWarpBytes, d);
+  int split = choose_split(blocks, p.chunks, D, kWarpBytes, warps_per_sm_for(MT), d);
   if (split_override > 0) {
     split = std::min(split_override, kMaxWarps);
     while (split > 1 && static_cast<size_t>(split) * kWarpBytes > static_cast<size_t>(d.smem_per_block)) split /= 2;
@@ -419,7 +376,7 @@ void launch_config(const StreamParams& p, int64_t tiles, int split_override, cud
 }
 
 template <int BITS, int MT, int R, int XROWS, int D>
-void launch_groups(const StreamParams& p, int64_t steps_per_group, int64_t tiles, int split_override,
+void launch_groups(const Wna16KernelParams& p, int64_t steps_per_group, int64_t tiles, int split_override,
                    cudaStream_t stream) {
   if (steps_per_group >= 4) {
     launch_config<BITS, MT, R, XROWS, D, 1>(p, tiles, split_override, stream);
@@ -436,7 +393,7 @@ void launch_groups(const StreamParams& p, int64_t steps_per_group, int64_t tiles
 // keeps the issue slots (~1 instruction per 6 bytes) well under what 4.8 TB/s asks of them. D: ~5-6
 // KB of codes per warp in flight.
 template <int BITS>
-void launch_bits(const StreamParams& p, int64_t steps_per_group, int64_t tiles, int split_override,
+void launch_bits(const Wna16KernelParams& p, int64_t steps_per_group, int64_t tiles, int split_override,
                  cudaStream_t stream) {
   constexpr int kD = BITS == 4 ? 6 : 4;
   if (p.m == 1) {
@@ -445,10 +402,8 @@ void launch_bits(const StreamParams& p, int64_t steps_per_group, int64_t tiles, 
     launch_groups<BITS, 1, 2, 4, kD>(p, steps_per_group, tiles, split_override, stream);
   } else if (p.m <= 8) {
     launch_groups<BITS, 1, 2, 8, kD>(p, steps_per_group, tiles, split_override, stream);
-  } else if (p.m <= 16) {
-    launch_groups<BITS, 2, 2, 16, kD>(p, steps_per_group, tiles, split_override, stream);
   } else {
-    launch_groups<BITS, 4, 2, 32, 4>(p, steps_per_group, tiles, split_override, stream);
+    launch_groups<BITS, 2, 2, 16, kD>(p, steps_per_group, tiles, split_override, stream);
   }
 }
 
@@ -472,7 +427,7 @@ void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wn
   LOWBIT_CHECK_AS(Internal, L.chunks == 0 || (x != nullptr && ldx % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0),
                   "launch_wna16_stream: x rows must be 16-byte aligned");
   if (L.tiles == 0) return;
-  StreamParams p;
+  Wna16KernelParams p;
   p.codes = reinterpret_cast<const uint4*>(w.codes.data());
   p.scales = reinterpret_cast<const float2*>(w.scales.data());
   p.zeros = L.has_zeros ? reinterpret_cast<const uint32_t*>(w.zeros.data()) : nullptr;
@@ -484,11 +439,16 @@ void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wn
   p.bias_f32 = bias_f32;
   p.y_f32 = y_f32;
   p.n = L.n;
+  p.tiles = L.tiles;
   p.chunks = static_cast<int>(L.chunks);
   p.padded_groups = L.padded_groups;
   p.chunks_per_group = L.steps_per_group >= 4 ? static_cast<int>(L.steps_per_group / 4) : 1;
   const uint32_t z0 = 1u << (L.bits - 1);
   p.zero_pair = z0 | (z0 << 8);
+  if (m > kWna16StreamKernelRows) {
+    launch_wna16_block(p, L, split_override, stream);
+    return;
+  }
   if (L.bits == 4) {
     launch_bits<4>(p, L.steps_per_group, L.tiles, split_override, stream);
   } else {

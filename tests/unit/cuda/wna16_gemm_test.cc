@@ -346,9 +346,11 @@ TEST(Wna16Gpu, StreamMatchesReference) {
           if (g_idx && shape.group == 0) continue;
           shape.zeros = zeros;
           shape.g_idx = g_idx;
-          // Every stream configuration: m = 1, <= 4, <= 8, <= 16, <= 32 (rows below the staged count
-          // read zeroed rows: 3, 13, 20), and several launches (33: 2, 70: 3).
-          for (int64_t m : {1, 3, 8, 13, 16, 20, 33, 70}) {
+          // Every configuration: the stream kernel's m = 1, <= 4, <= 8, <= 16 (rows below the
+          // staged count read zeroed rows: 3, 13), the block kernel's <= 32 and <= 64 (17, 20, 33,
+          // 64: staged rows past m are never written), and several launches of <= 64 rows
+          // (70: 2, 130: 3).
+          for (int64_t m : {1, 3, 8, 13, 16, 17, 20, 33, 64, 70, 130}) {
             failures += run_and_check(shape, m, (problems++ % 2) == 1, Wna16GpuPath::STREAM, rng);
           }
         }
@@ -410,7 +412,7 @@ TEST(Wna16Gpu, StreamMatchesReferenceOnLongRows) {
   Rng rng(11);
   int failures = 0;
   for (int bits : {4, 8}) {
-    for (int64_t m : {1, 7, 16, 32}) {
+    for (int64_t m : {1, 7, 16, 32, 48}) {
       failures += run_and_check({bits, 300, 1100, 128, bits == 8, false}, m, true, Wna16GpuPath::STREAM, rng);
       failures += run_and_check({bits, 131, 1024, 64, bits == 4, true}, m, false, Wna16GpuPath::STREAM, rng);
       failures += run_and_check({bits, 40, 8192, 128, true, false}, m, false, Wna16GpuPath::STREAM, rng);
