@@ -53,25 +53,8 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // is not "0" (the switch for A/B runs). Cached per device.
 bool pdl_enabled();
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute where pdl_enabled().
-template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
-  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
-
-// The same for a grid of thread block clusters of `cluster` blocks each (sm_90+; cluster {1, 1, 1}
-// launches as launch_pdl does).
+// kernel<<<grid, block, smem, stream>>>(args...) as a grid of thread block clusters of `cluster`
+// blocks each (sm_90+; {1, 1, 1}: plain blocks), with the PDL attribute where pdl_enabled().
 template <typename... Params, typename... Args>
 void launch_pdl_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
                          cudaStream_t stream, Args&&... args) {
@@ -95,6 +78,13 @@ void launch_pdl_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 
   config.attrs = attribute;
   config.numAttrs = n;
   LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute where pdl_enabled().
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  launch_pdl_clusters(kernel, grid, block, dim3(1, 1, 1), smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace lowbit::kernels::cuda
