@@ -56,8 +56,8 @@ bool pdl_enabled();
 // kernel<<<grid, block, smem, stream>>>(args...) as a grid of thread block clusters of `cluster`
 // blocks each (sm_90+; {1, 1, 1}: plain blocks), with the PDL attribute where pdl_enabled().
 template <typename... Params, typename... Args>
-void launch_pdl_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
-                         cudaStream_t stream, Args&&... args) {
+void launch_pdl_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 cluster,
+                         size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute[2];
   unsigned n = 0;
   if (pdl_enabled()) {
@@ -84,7 +84,8 @@ void launch_pdl_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {
-  launch_pdl_clusters(kernel, grid, block, dim3(1, 1, 1), smem, stream, std::forward<Args>(args)...);
+  launch_pdl_clusters(kernel, grid, block, dim3(1, 1, 1), smem, stream,
+                      std::forward<Args>(args)...);
 }
 
 }  // namespace lowbit::kernels::cuda
