@@ -1,11 +1,13 @@
 // lowbit serve MODEL: the OpenAI-compatible server (vLLM's flags where they mean the same).
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <string>
 #include <thread>
 
 #include "command.h"
-#include "device.h"
 #include "core/log.h"
+#include "device.h"
 #include "lowbit/error.h"
 #include "models/model.h"
 #include "models/paged_kv_cache.h"
@@ -58,7 +60,14 @@ int run_serve(ServeOptions& options) {
   LOWBIT_CHECK(cuda || options.gpu_memory_utilization == 0,
                "--gpu-memory-utilization sizes a GPU's KV cache: add --device cuda, or give the "
                "CPU's budget with --kv-cache-memory");
+  // Start-up phases, printed with the address: where a slow start goes (checkpoint reading and
+  // decoding on the host, the GPU's packing and uploads, the engine's set-up).
+  const auto start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
+  const double host_load_s = since(start);
   auto tokenizer = load_tokenizer_if_present(options.model);
   serve::ServerOptions server_options = options.server;
   server_options.model_dir = options.model;
@@ -87,17 +96,28 @@ int run_serve(ServeOptions& options) {
     gpu.gpu_memory_utilization = options.gpu_memory_utilization;
     e.runner = make_cuda_serve_runner(*model, options.device, gpu);
   }
+  const double device_load_s = since(start) - host_load_s;
   serve::Server server(*model, tokenizer.get(), server_options);
   server.bind();
+  const double total_s = since(start);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   std::thread watcher([&] {
     while (!g_stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     server.stop();
   });
-  std::fprintf(stderr, "lowbit serve: %s on http://%s:%d (OpenAI API under /v1)\n",
+  auto seconds = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f s", v);
+    return std::string(text);
+  };
+  std::string phases =
+      "ready in " + seconds(total_s) + ": checkpoint loaded in " + seconds(host_load_s);
+  if (cuda) phases += ", GPU weights and KV cache " + seconds(device_load_s);
+  phases += ", engine " + seconds(total_s - host_load_s - device_load_s);
+  std::fprintf(stderr, "lowbit serve: %s on http://%s:%d (OpenAI API under /v1), %s\n",
                server_options.served_model_names.front().c_str(), server_options.host.c_str(),
-               server.port());
+               server.port(), phases.c_str());
   server.run();
   g_stop_requested.store(true);
   watcher.join();

@@ -53,6 +53,8 @@ std::vector<Fp8Kernel> fp8_supported_kernels();
 
 // pack_fp8 for a chosen kernel; Unsupported when this CPU cannot run it.
 std::shared_ptr<const Fp8Packed> pack_fp8_with(Fp8Kernel kernel, const Fp8Weights& weights);
+// The checks packing starts with (InvalidArgument naming the field), without packing.
+void check_fp8_weights(const Fp8Weights& weights);
 
 // matmul_fp8 with the path forced: STREAMING decodes weights in registers for every group of x
 // rows, BLOCKED decodes each block of W once into an fp32 panel reused by all rows of x (AUTO

@@ -74,6 +74,8 @@ std::vector<W8a8Kernel> w8a8_supported_kernels();
 // for a tiled kernel when groups are not whole 64-byte blocks (group_size % 4 for 5..8 bits, % 8
 // for 2..4 bits, unless one group spans the row).
 std::shared_ptr<const W8a8Packed> pack_w8a8_with(W8a8Kernel kernel, const IntWeights& weights);
+// The checks packing starts with (InvalidArgument naming the field), without packing.
+void check_w8a8_weights(const IntWeights& weights);
 
 // The activation quantization matmul_w8a8 runs with `kernel` (same arguments as the ref one).
 void quantize_activations_with(W8a8Kernel kernel, const float* x, int64_t m, int64_t k,

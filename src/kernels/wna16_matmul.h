@@ -74,6 +74,8 @@ std::vector<Wna16Kernel> wna16_supported_kernels();
 
 // pack_wna16 for a chosen kernel. Throws Unsupported when this CPU cannot run it.
 std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const IntWeights& weights);
+// The checks packing starts with (InvalidArgument naming the field), without packing.
+void check_wna16_weights(const IntWeights& weights);
 
 // matmul_wna16 with the path forced (MatmulPath from kernels/matmul.h: AUTO picks by m).
 void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Packed& w,

@@ -15,9 +15,7 @@ namespace lowbit::kernels {
 
 namespace cpu {
 
-namespace {
-
-void check_weights(const Fp8Weights& w) {
+void check_fp8_weights(const Fp8Weights& w) {
   const std::string what = "pack_fp8: ";
   LOWBIT_CHECK(w.rows > 0 && w.cols > 0,
                what + "empty weight " + std::to_string(w.rows) + "x" + std::to_string(w.cols));
@@ -32,6 +30,8 @@ void check_weights(const Fp8Weights& w) {
   LOWBIT_CHECK(w.scales.size() == slots, what + "scales has " + std::to_string(w.scales.size()) +
                                              " values, expected " + std::to_string(slots));
 }
+
+namespace {
 
 Fp8Kernel best_kernel_for(const Fp8Weights& w) {
   const bool tiled = detail::fp8_tiled_fits(w);
@@ -80,7 +80,7 @@ std::shared_ptr<const Fp8Packed> pack_fp8_with(Fp8Kernel kernel, const Fp8Weight
     throw Unsupported(std::string("pack_fp8: this CPU cannot run ") + fp8_kernel_name(kernel) +
                       " (features: " + cpu_features_string(cpu_features()) + ")");
   }
-  check_weights(weights);
+  check_fp8_weights(weights);
   if (kernel != Fp8Kernel::SCALAR && !detail::fp8_tiled_fits(weights)) {
     throw Unsupported(std::string("pack_fp8: ") + fp8_kernel_name(kernel) +
                       " needs every |scale| below 2^120");
@@ -91,7 +91,7 @@ std::shared_ptr<const Fp8Packed> pack_fp8_with(Fp8Kernel kernel, const Fp8Weight
 }  // namespace cpu
 
 std::shared_ptr<const Fp8Packed> pack_fp8(const Fp8Weights& weights) {
-  cpu::check_weights(weights);
+  cpu::check_fp8_weights(weights);
   return std::make_shared<cpu::detail::Fp8PackedImpl>(cpu::best_kernel_for(weights), weights);
 }
 

@@ -26,7 +26,9 @@ bool trivial_g_idx(const IntWeights& w) {
   return true;
 }
 
-void check_weights(const IntWeights& w) {
+}  // namespace
+
+void check_w8a8_weights(const IntWeights& w) {
   const std::string what = "pack_w8a8: ";
   LOWBIT_CHECK(w.bits >= 2 && w.bits <= 8,
                what + "bits " + std::to_string(w.bits) + " not in 2..8");
@@ -53,6 +55,8 @@ void check_weights(const IntWeights& w) {
     throw Unsupported(what + "groups of more than 65536 columns would overflow int32 sums");
   }
 }
+
+namespace {
 
 W8a8Kernel best_kernel_for(const IntWeights& w) {
   const bool tiled = detail::w8a8_tiled_fits(w);
@@ -101,7 +105,7 @@ std::shared_ptr<const W8a8Packed> pack_w8a8_with(W8a8Kernel kernel, const IntWei
     throw Unsupported(std::string("pack_w8a8: this CPU cannot run ") + w8a8_kernel_name(kernel) +
                       " (features: " + cpu_features_string(cpu_features()) + ")");
   }
-  check_weights(weights);
+  check_w8a8_weights(weights);
   if (kernel != W8a8Kernel::SCALAR && !detail::w8a8_tiled_fits(weights)) {
     throw Unsupported(std::string("pack_w8a8: ") + w8a8_kernel_name(kernel) + " needs group_size " +
                       std::to_string(weights.group_size) + " to be whole blocks of " +
@@ -113,7 +117,7 @@ std::shared_ptr<const W8a8Packed> pack_w8a8_with(W8a8Kernel kernel, const IntWei
 }  // namespace cpu
 
 std::shared_ptr<const W8a8Packed> pack_w8a8(const IntWeights& weights) {
-  cpu::check_weights(weights);
+  cpu::check_w8a8_weights(weights);
   return std::make_shared<cpu::detail::W8a8PackedImpl>(cpu::best_kernel_for(weights), weights);
 }
 

@@ -389,6 +389,8 @@ std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const Int
   return std::make_shared<detail::Wna16PackedCpu>(kernel, weights);
 }
 
+void check_wna16_weights(const IntWeights& weights) { detail::validate_int_weights(weights); }
+
 void matmul_wna16_exact(const float* x, int64_t m, const Wna16Packed& packed, const float* bias,
                         float* y) {
   if (dynamic_cast<const detail::Wna16G16Cpu*>(&packed) != nullptr) {

@@ -53,7 +53,6 @@ __host__ __device__ constexpr int stage_bytes(int bits, int r, int xrows, int gp
 template <int BITS, int MT, int R, int XROWS, int D, int GPC>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const Wna16KernelParams p) {
   constexpr int V = BITS / 4;
-  constexpr int SPG = 4 / GPC;  // steps per group inside a chunk when GPC > 1
   constexpr int kScaleOff = R * V * 512, kZeroOff = kScaleOff + R * GPC * 64;
   constexpr int kXOff = kZeroOff + R * GPC * 16;
   constexpr int kStage = stage_bytes(BITS, R, XROWS, GPC);
@@ -173,73 +172,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const W
     }
   };
 
-  float acc[R][MT][4], part[R][MT][4];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[r][mt][i] = part[r][mt][i] = 0.0f;
-  // acc += scale · part for tile r (scale.x: row r0, scale.y: row r1), then part = 0.
-  auto flush = [&](int r, float2 scale) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[r][mt][i] = fmaf(i < 2 ? scale.x : scale.y, part[r][mt][i], acc[r][mt][i]);
-        part[r][mt][i] = 0.0f;
-      }
-    }
-  };
-  uint32_t nz[R][GPC][2];  // zero-point constants (rows r0, r1); fixed when symmetric
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int j = 0; j < GPC; ++j) neg_zeros<BITS>(p.zero_pair, nz[r][j][0], nz[r][j][1]);
-
-  // Multiplies the chunk c held in stage st.
-  auto consume = [&](uint32_t st, int c) {  // st: the stage's byte offset in the ring
-    uint4 cw[R][V];
-    float2 sc[R][GPC];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int v = 0; v < V; ++v) cw[r][v] = lds128(code_s + st + (r * V + v) * 512);
-#pragma unroll
-      for (int j = 0; j < GPC; ++j) {
-        const uint2 sv = lds64(scale_s + st + (r * GPC + j) * 64);
-        sc[r][j] = make_float2(__uint_as_float(sv.x), __uint_as_float(sv.y));
-        if (has_zeros) {
-          const uint32_t word = lds32(zero_s + st + (r * GPC + j) * 16);
-          neg_zeros<BITS>((word >> zero_shift) & 0xFFFFu, nz[r][j][0], nz[r][j][1]);
-        }
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t xb[MT][2];  // B fragments of step s (zero for rows >= m)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const uint2 v = lds64(xrd_s[s] + st + mt * 1024);
-        xb[mt][0] = v.x;
-        xb[mt][1] = v.y;
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        uint32_t a[4];
-        dequant_step<BITS>(cw[r], s, nz[r][s / SPG][0], nz[r][s / SPG][1], a);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_bf16(part[r][mt], a, xb[mt][0], xb[mt][1]);
-        if (GPC > 1 && s % SPG == SPG - 1) flush(r, sc[r][s / SPG]);
-      }
-    }
+  Wna16ChunkMultiplier<BITS, R, MT, GPC> mul(p.zero_pair);
+  // Multiplies the chunk c held in stage st (the stage's byte offset in the ring).
+  auto consume = [&](uint32_t st, int c) {
+    bool group_ends = false;
     if constexpr (GPC == 1) {
-      if (process_left == 1 || c + 1 == c_end) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) flush(r, sc[r][0]);
-      }
+      group_ends = process_left == 1 || c + 1 == c_end;
       if (--process_left == 0) process_left = p.chunks_per_group;
     }
+    mul.consume(st, code_s, scale_s, zero_s, zero_shift, has_zeros, xrd_s, group_ends);
   };
 
   // Ring: chunk c_begin + i lives in stage i % D; D - 1 stages are in flight while one is used.
@@ -283,7 +224,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const W
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          store((tile0 + r) * kWna16TileRows + g + 8 * (i >> 1), mt * 8 + 2 * t + (i & 1), acc[r][mt][i]);
+          store((tile0 + r) * kWna16TileRows + g + 8 * (i >> 1), mt * 8 + 2 * t + (i & 1),
+                mul.acc[r][mt][i]);
         }
     return;
   }
@@ -296,7 +238,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) wna16_stream_kernel(const W
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
       reduce[warp * kPerWarp + (r * MT + mt) * 32 + lane] =
-          make_float4(acc[r][mt][0], acc[r][mt][1], acc[r][mt][2], acc[r][mt][3]);
+          make_float4(mul.acc[r][mt][0], mul.acc[r][mt][1], mul.acc[r][mt][2], mul.acc[r][mt][3]);
   __syncthreads();
   const float* sums = reinterpret_cast<const float*>(reduce);
   for (int e = static_cast<int>(threadIdx.x); e < kPerWarp * 4; e += static_cast<int>(blockDim.x)) {

@@ -105,13 +105,13 @@ class CompressedTensorsLinear : public KernelLinear {
     w.bits = a.num_bits;
     w.rows = cw.rows;
     w.cols = cw.cols;
-    const float offset = static_cast<float>(1 << (a.num_bits - 1));
+    const int offset = 1 << (a.num_bits - 1);
     const bool per_tensor = a.strategy == Strategy::Tensor;
     w.group_size = a.strategy == Strategy::Group ? a.group_size : cw.cols;
     const int64_t groups = w.groups();
-    w.codes.resize(cw.codes.size());
-    for (size_t i = 0; i < cw.codes.size(); ++i) {
-      w.codes[i] = static_cast<uint8_t>(cw.codes[i] + offset);
+    w.codes.resize(cw.int_codes.size());
+    for (size_t i = 0; i < cw.int_codes.size(); ++i) {
+      w.codes[i] = static_cast<uint8_t>(cw.int_codes[i] + offset);
     }
     w.scales.resize(static_cast<size_t>(w.rows * groups));
     if (!cw.zero_points.empty()) w.zeros.resize(w.scales.size());
@@ -122,7 +122,7 @@ class CompressedTensorsLinear : public KernelLinear {
         // The decompressor multiplies in the scale dtype; the scales are exact in fp32.
         w.scales[dst] = cw.scales[src];
         if (!cw.zero_points.empty()) {
-          w.zeros[dst] = static_cast<uint8_t>(cw.zero_points[src] + offset);
+          w.zeros[dst] = static_cast<uint8_t>(cw.zero_points[src] + static_cast<float>(offset));
         }
       }
     }

@@ -1,6 +1,8 @@
 #include "quant/methods/kernel_linear.h"
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 
 #include "core/float_convert.h"
 #include "kernels/fp8_matmul.h"
@@ -24,7 +26,8 @@ struct KernelLinear::State {
   std::optional<InputQuant> input;
   std::shared_ptr<const kernels::Wna16Packed> wna16;
   std::shared_ptr<const kernels::W8a8Packed> w8a8;
-  kernels::IntWeights w8a8_reference;  // int8-activation kernels cannot be probed exactly
+  std::shared_ptr<const kernels::IntWeights>
+      w8a8_reference;  // int8 kernels cannot be probed exactly
   kernels::Int8Activations int8_act;
   std::shared_ptr<const kernels::Fp8Packed> fp8;
   Tensor dense;  // dequant: the weight in the model dtype
@@ -32,6 +35,33 @@ struct KernelLinear::State {
   // Only with set_keep_canonical_weights(true): the weights as the format decoded them.
   std::shared_ptr<const kernels::IntWeights> canonical_int;
   std::shared_ptr<const kernels::Fp8Weights> canonical_fp8;
+  // With the canonical weights kept (a model loaded for the GPU), the CPU kernel's own packing
+  // waits for the layer's first CPU use: a GPU process never makes it, and for an 8B W4A16 model it
+  // was a large share of the server's start (a second copy of every weight, reordered). The layer's
+  // checks (check_*_weights, run by the callers before deferring) and the kernel choice still
+  // happen at load, so bad weights fail there as before.
+  std::function<void(State&)> deferred_pack;  // set until packed
+  std::atomic<bool> packed{true};
+  std::mutex pack_mutex;  // guards deferred_pack and name while packing is deferred
+
+  void ensure_packed() {
+    if (packed.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(pack_mutex);
+    if (packed.load(std::memory_order_relaxed)) return;
+    deferred_pack(*this);
+    deferred_pack = nullptr;
+    packed.store(true, std::memory_order_release);
+  }
+  // Packs now, or (canonical weights kept) on first use.
+  void pack_when_needed(std::function<void(State&)> pack, const std::string& pending_name) {
+    if (!keep_canonical_weights.load()) {
+      pack(*this);
+      return;
+    }
+    name = pending_name;
+    deferred_pack = std::move(pack);
+    packed.store(false, std::memory_order_release);
+  }
 };
 
 namespace {
@@ -180,7 +210,10 @@ void KernelLinear::finish_int(const LayerParams& layer, kernels::IntWeights weig
   s.rows = weights.rows;
   s.cols = weights.cols;
   s.input = input;
-  if (keep_canonical_weights.load()) s.canonical_int = std::make_shared<const kernels::IntWeights>(weights);
+  // Shared by the GPU backend (canonical_int) and a deferred CPU packing; otherwise packed and
+  // dropped.
+  const auto shared = std::make_shared<const kernels::IntWeights>(std::move(weights));
+  if (keep_canonical_weights.load()) s.canonical_int = shared;
   // Inputs quantized to something other than int8 (W4AFP8: fp8) run on wna16 with the input
   // quantization emulated, like every other non-int8 input.
   const std::vector<Family> chain =
@@ -192,17 +225,27 @@ void KernelLinear::finish_int(const LayerParams& layer, kernels::IntWeights weig
       // rounding its grid inputs to bf16 (the bf16-dot kernel) or int16 (the i16-dot kernel)
       // would move them off the grid it emulates, and the next layer's rounding decisions with
       // them (measured: 0.05 on the bnb_int8 fixture's logits, against 1e-4).
-      s.wna16 = input || fake_quantized_inputs
-                    ? kernels::cpu::pack_wna16_with(exact_wna16_kernel(), weights)
-                    : kernels::pack_wna16(weights);
-      s.name = s.wna16->kernel_name();
+      const bool exact = input || fake_quantized_inputs;
+      if (keep_canonical_weights.load()) kernels::cpu::check_wna16_weights(*shared);
+      s.pack_when_needed(
+          [shared, exact](State& st) {
+            st.wna16 = exact ? kernels::cpu::pack_wna16_with(exact_wna16_kernel(), *shared)
+                             : kernels::pack_wna16(*shared);
+            st.name = st.wna16->kernel_name();
+          },
+          "wna16 (CPU layout packed on first CPU use)");
     } else if (f == Family::W8a8) {
       s.int8_act = int8_activations(*input);
-      s.w8a8 = kernels::pack_w8a8(weights);
-      s.name = s.w8a8->kernel_name();
-      s.w8a8_reference = std::move(weights);
+      if (keep_canonical_weights.load()) kernels::cpu::check_w8a8_weights(*shared);
+      s.pack_when_needed(
+          [shared](State& st) {
+            st.w8a8 = kernels::pack_w8a8(*shared);
+            st.name = st.w8a8->kernel_name();
+            st.w8a8_reference = shared;
+          },
+          "w8a8 (CPU layout packed on first CPU use)");
     } else {
-      finish_dequant(layer, dequantize_int(weights), input);
+      finish_dequant(layer, dequantize_int(*shared), input);
       return;
     }
     s.family = f;
@@ -215,14 +258,20 @@ void KernelLinear::finish_fp8(const LayerParams& layer, kernels::Fp8Weights weig
   s.rows = weights.rows;
   s.cols = weights.cols;
   s.input = input;
-  if (keep_canonical_weights.load()) s.canonical_fp8 = std::make_shared<const kernels::Fp8Weights>(weights);
+  const auto shared = std::make_shared<const kernels::Fp8Weights>(std::move(weights));
+  if (keep_canonical_weights.load()) s.canonical_fp8 = shared;
   select(layer, {Family::Fp8, Family::Dequant}, [&](Family f) {
     if (f == Family::Fp8) {
-      s.fp8 = kernels::pack_fp8(weights);
-      s.name = s.fp8->kernel_name();
+      if (keep_canonical_weights.load()) kernels::cpu::check_fp8_weights(*shared);
+      s.pack_when_needed(
+          [shared](State& st) {
+            st.fp8 = kernels::pack_fp8(*shared);
+            st.name = st.fp8->kernel_name();
+          },
+          "fp8 (CPU layout packed on first CPU use)");
       s.family = f;
     } else {
-      finish_dequant(layer, dequantize_fp8(weights), input);
+      finish_dequant(layer, dequantize_fp8(*shared), input);
     }
   });
 }
@@ -244,6 +293,7 @@ void KernelLinear::finish_dequant(const LayerParams& layer, const std::vector<fl
 }
 
 void KernelLinear::apply(const float* x, int64_t rows, const float* bias, float* y) const {
+  state_->ensure_packed();
   const State& s = *state_;
   const float* in = x;
   thread_local std::vector<float> quantized;
@@ -261,7 +311,10 @@ void KernelLinear::apply(const float* x, int64_t rows, const float* bias, float*
   }
 }
 
-std::string KernelLinear::kernel_name() const { return state_->name; }
+std::string KernelLinear::kernel_name() const {
+  std::lock_guard<std::mutex> lock(state_->pack_mutex);
+  return state_->name;
+}
 
 void KernelLinear::set_keep_canonical_weights(bool keep) { keep_canonical_weights.store(keep); }
 const kernels::IntWeights* KernelLinear::int_weights() const { return state_->canonical_int.get(); }
@@ -269,6 +322,7 @@ const kernels::Fp8Weights* KernelLinear::fp8_weights() const { return state_->ca
 const std::optional<InputQuant>& KernelLinear::input_quant() const { return state_->input; }
 
 Tensor KernelLinear::dequantized_weight() const {
+  state_->ensure_packed();
   const State& s = *state_;
   switch (s.family) {
     case Family::Wna16:
@@ -283,7 +337,7 @@ Tensor KernelLinear::dequantized_weight() const {
         kernels::matmul_fp8(x, m, *s.fp8, nullptr, y);
       });
     case Family::W8a8: {
-      const std::vector<float> w = dequantize_int(s.w8a8_reference);
+      const std::vector<float> w = dequantize_int(*s.w8a8_reference);
       return Tensor::from_f32(w.data(), {s.rows, s.cols}, DType::F32);
     }
     case Family::Dequant: return s.dense.to_f32();
@@ -292,6 +346,7 @@ Tensor KernelLinear::dequantized_weight() const {
 }
 
 size_t KernelLinear::weight_bytes() const {
+  state_->ensure_packed();
   const State& s = *state_;
   switch (s.family) {
     case Family::Wna16: return s.wna16->bytes();

@@ -52,7 +52,8 @@ struct TensorSource {
 struct CompressedWeight {
   int64_t rows = 0, cols = 0;
   int64_t grid_rows = 1, grid_cols = 1;  // the scale grid (tensor 1x1, channel rows x 1, ...)
-  std::vector<float> codes;        // [rows, cols]: int codes (signed range), or fp8 / fp4 values
+  std::vector<float> codes;              // [rows, cols]: fp8 / fp4 values (empty for int weights)
+  std::vector<int8_t> int_codes;         // [rows, cols]: int weights' codes, signed range
   std::vector<float> scales;       // [grid_rows, grid_cols] (one value for tensor strategy)
   DType scale_dtype = DType::F32;  // the dtype dequantization arithmetic runs in
   std::vector<float> zero_points;  // like scales; empty when symmetric

@@ -143,9 +143,9 @@ std::vector<int32_t> read_g_idx(const Reader& rd, int64_t cols) {
   return g;
 }
 
-// Quantized values (ints, or fp8 / fp4 grid values) of every weight element, row-major.
-std::vector<float> read_codes(const Reader& rd, const QuantArgs& a, CompressionFormat format,
-                              int64_t rows, int64_t cols) {
+// Int weights' codes (signed range), row-major: packed int32 words or an int8 tensor.
+std::vector<int8_t> read_int_codes(const Reader& rd, const QuantArgs& a, CompressionFormat format,
+                                   int64_t rows, int64_t cols) {
   if (format == CompressionFormat::PackQuantized) {
     Tensor t = rd.get("weight_packed", {DType::I32});
     LOWBIT_CHECK(t.ndim() == 2 && t.dim(0) == rows,
@@ -159,9 +159,17 @@ std::vector<float> read_codes(const Reader& rd, const QuantArgs& a, CompressionF
                    rd.src.description + ": '" + rd.full("weight_shape") + "' does not match [" +
                        std::to_string(rows) + ", " + std::to_string(cols) + "]");
     }
-    const auto q = unpack_int_rows(t.data_as<int32_t>(), rows, t.dim(1), cols, a.num_bits);
-    return std::vector<float>(q.begin(), q.end());
+    return unpack_int_rows(t.data_as<int32_t>(), rows, t.dim(1), cols, a.num_bits);
   }
+  Tensor t = rd.get("weight", {DType::I8});
+  rd.check_shape(t, "weight", {rows, cols});
+  const auto* q = t.data_as<int8_t>();
+  return std::vector<int8_t>(q, q + t.numel());
+}
+
+// Quantized values (fp8 / fp4 grid values) of every weight element, row-major.
+std::vector<float> read_float_codes(const Reader& rd, CompressionFormat format, int64_t rows,
+                                    int64_t cols) {
   if (format == CompressionFormat::Nvfp4PackQuantized ||
       format == CompressionFormat::Mxfp4PackQuantized) {
     Tensor t = rd.get("weight_packed", {DType::U8});
@@ -171,8 +179,7 @@ std::vector<float> read_codes(const Reader& rd, const QuantArgs& a, CompressionF
     for (size_t i = 0; i < v.size(); ++i) v[i] = fp4_value(codes[i]);
     return v;
   }
-  Tensor t = rd.get("weight", a.type == QuantType::Float ? std::initializer_list<DType>{DType::F8_E4M3}
-                                                         : std::initializer_list<DType>{DType::I8});
+  Tensor t = rd.get("weight", {DType::F8_E4M3});
   rd.check_shape(t, "weight", {rows, cols});
   Tensor f = t.to_f32();
   return std::vector<float>(f.data_as<float>(), f.data_as<float>() + f.numel());
@@ -197,7 +204,11 @@ CompressedWeight read_compressed_weight(const TensorSource& source, const std::s
   w.cols = cols;
   w.grid_rows = g.rows;
   w.grid_cols = g.cols;
-  w.codes = read_codes(rd, args, format, rows, cols);
+  if (args.type == QuantType::Int) {
+    w.int_codes = read_int_codes(rd, args, format, rows, cols);
+  } else {
+    w.codes = read_float_codes(rd, format, rows, cols);
+  }
   w.zero_points = read_zero_points(rd, args, g, format == CompressionFormat::PackQuantized);
   w.g_idx = read_g_idx(rd, cols);
   for (int32_t gc : w.g_idx) {
@@ -221,7 +232,7 @@ std::vector<float> decompress_weight(const TensorSource& source, const std::stri
     return std::vector<float>(f.data_as<float>(), f.data_as<float>() + f.numel());
   }
   const CompressedWeight w = read_compressed_weight(source, module, args, format, rows, cols);
-  std::vector<float> out(w.codes.size());
+  std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t gr = grid_row_of(args, i);
     for (int64_t j = 0; j < cols; ++j) {
@@ -230,7 +241,8 @@ std::vector<float> decompress_weight(const TensorSource& source, const std::stri
       const float scale = w.scales[args.strategy == Strategy::Tensor ? 0 : k];
       const float z = w.zero_points.empty() ? 0.0f : w.zero_points[args.strategy == Strategy::Tensor ? 0 : k];
       const size_t idx = static_cast<size_t>(i * cols + j);
-      out[idx] = dequantize_value(w.codes[idx], scale, z, args, w.scale_dtype, w.global_scale);
+      const float code = w.int_codes.empty() ? w.codes[idx] : static_cast<float>(w.int_codes[idx]);
+      out[idx] = dequantize_value(code, scale, z, args, w.scale_dtype, w.global_scale);
     }
   }
   return out;

@@ -41,11 +41,45 @@ void pack_dense(const int8_t* q, int64_t n, int64_t stride, int bits, uint32_t* 
   }
 }
 
+// A contiguous row of B-bit codes, B dividing 32: whole words hold 32 / B codes each, unpacked with
+// constant shifts (the compiler vectorizes it; the general loop below costs ~2 ns per code, which
+// was a quarter of loading a W4A16 checkpoint). Returns how many codes it wrote.
+template <int B>
+int64_t unpack_words(const uint32_t* w, int64_t n, int8_t* q) {
+  constexpr int kPer = 32 / B, kOffset = 1 << (B - 1);
+  constexpr uint32_t kMask = (1u << B) - 1;
+  const int64_t words = n / kPer;
+  for (int64_t i = 0; i < words; ++i) {
+    const uint32_t v = w[i];
+#pragma GCC unroll 16
+    for (int j = 0; j < kPer; ++j) {
+      q[i * kPer + j] = static_cast<int8_t>(static_cast<int>((v >> (j * B)) & kMask) - kOffset);
+    }
+  }
+  return words * kPer;
+}
+
 void unpack_dense(const uint32_t* w, int64_t n, int64_t stride, int bits, int8_t* q,
                   int64_t q_stride) {
   const int offset = 1 << (bits - 1);
   const uint64_t mask = (1u << bits) - 1;
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t done = 0;
+  if (stride == 1 && q_stride == 1) {
+    switch (bits) {
+      case 2:
+        done = unpack_words<2>(w, n, q);
+        break;
+      case 4:
+        done = unpack_words<4>(w, n, q);
+        break;
+      case 8:
+        done = unpack_words<8>(w, n, q);
+        break;
+      default:
+        break;
+    }
+  }
+  for (int64_t i = done; i < n; ++i) {
     const int64_t bit = i * bits;
     const int64_t word = bit / 32;
     uint64_t v = w[word * stride];

@@ -32,10 +32,12 @@ const W8a8Path kPaths[] = {W8a8Path::AUTO, W8a8Path::LT_SCALED, W8a8Path::LT_EPI
 struct Shape {
   int64_t m, n, k;
 };
-// m = 1 and 5 pad to 8 rows for cuBLASLt's 1x128 scales; n = 320 ends in a partial 128-row block,
-// k = 384 has 3 k-blocks (cuBLASLt's padded stride 4); k = 200 / n = 72 are off cuBLASLt's
+// m = 1, 5 and 8 pad to 8 rows for cuBLASLt's 1x128 scales; n = 320 ends in a partial 128-row
+// block, k = 384 has 3 k-blocks (cuBLASLt's padded stride 4); k = 200 / n = 72 are off cuBLASLt's
 // 16-byte FP8 alignment (its heuristic declines; AUTO falls back).
-const Shape kShapes[] = {{1, 256, 512}, {5, 320, 384}, {64, 256, 1024}, {130, 128, 256}};
+// {8, 256, 4096}: the decode GEMV's largest row count on a Llama-width k.
+const Shape kShapes[] = {
+    {1, 256, 512}, {5, 320, 384}, {8, 256, 4096}, {64, 256, 1024}, {130, 128, 256}};
 const Shape kOddShape = {3, 72, 200};
 
 // Runs w8a8_gemm with a poisoned y; returns the path that ran, or nullopt when the forced path was
@@ -243,6 +245,40 @@ TEST(W8a8GemmFp8, BiasAndOddShapes) {
   for (const Fp8Case& c : kFp8Cases) {
     run_fp8_case(c, kShapes[1], /*with_bias=*/true, rng);
     if (c.act.scheme != Fp8ActScheme::PER_GROUP) run_fp8_case(c, kOddShape, true, rng);
+  }
+}
+
+// A NaN input reaches its row's outputs on the decode GEMV: NaN never turns into a number, and
+// the other rows keep their (finite) values (the absmax ignores the NaN, as the CPU's does).
+TEST(W8a8GemmFp8, GemvPropagatesNaNInputs) {
+  if (!device_available()) GTEST_SKIP() << "no CUDA device";
+  if (testing::device_cc() < 89) GTEST_SKIP() << "the FP8 GEMV needs sm_89+";
+  Rng rng(24);
+  for (const Shape& s : {Shape{2, 256, 512}, Shape{8, 256, 4096}}) {
+    const Fp8Weights w = make_fp8(s.n, s.k, 1, 0, rng);
+    const W8a8GpuWeights gw = pack_fp8_for_gpu(w);
+    auto x = testing::random_x(s.m, s.k, rng, /*zero_row=*/false);
+    x[7] = 0x7FC0;  // row 0, column 7: NaN
+    for (const Fp8ActScheme scheme : {Fp8ActScheme::PER_TOKEN, Fp8ActScheme::PER_TENSOR_STATIC}) {
+      SCOPED_TRACE("m=" + std::to_string(s.m) + " k=" + std::to_string(s.k) +
+                   " scheme=" + std::to_string(static_cast<int>(scheme)));
+      const Fp8Activations act{scheme, 0.05f, 128};
+      std::vector<uint16_t> y;
+      std::string why;
+      const auto ran = run_gpu(gw, x, s.m, act, nullptr, W8a8Path::GEMV, &y, &why);
+      ASSERT_TRUE(ran.has_value()) << why;
+      const std::vector<float> yf = testing::to_f32(y);
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t r = 0; r < s.n; ++r) {
+          const float v = yf[static_cast<size_t>(i * s.n + r)];
+          if (i == 0) {
+            ASSERT_TRUE(std::isnan(v)) << "row 0 feature " << r << " = " << v;
+          } else {
+            ASSERT_TRUE(std::isfinite(v)) << "row " << i << " feature " << r << " = " << v;
+          }
+        }
+      }
+    }
   }
 }
 
