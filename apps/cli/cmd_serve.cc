@@ -2,7 +2,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <string>
 #include <thread>
 
 #include "command.h"
@@ -67,8 +66,8 @@ int run_serve(ServeOptions& options) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   auto model = load_model_on(options.device, options.model, prepare_model_load(options.load));
-  const double host_load_s = since(start);
   auto tokenizer = load_tokenizer_if_present(options.model);
+  const double host_load_s = since(start);  // weights and tokenizer, read and decoded
   serve::ServerOptions server_options = options.server;
   server_options.model_dir = options.model;
   server_options.engine.threads = options.threads;
@@ -106,18 +105,17 @@ int run_serve(ServeOptions& options) {
     while (!g_stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     server.stop();
   });
-  auto seconds = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f s", v);
-    return std::string(text);
-  };
-  std::string phases =
-      "ready in " + seconds(total_s) + ": checkpoint loaded in " + seconds(host_load_s);
-  if (cuda) phases += ", GPU weights and KV cache " + seconds(device_load_s);
-  phases += ", engine " + seconds(total_s - host_load_s - device_load_s);
-  std::fprintf(stderr, "lowbit serve: %s on http://%s:%d (OpenAI API under /v1), %s\n",
+  char device_phase[64] = "";
+  if (cuda) {
+    std::snprintf(device_phase, sizeof device_phase, ", GPU weights and KV cache %.1f s",
+                  device_load_s);
+  }
+  std::fprintf(stderr,
+               "lowbit serve: %s on http://%s:%d (OpenAI API under /v1), ready in %.1f s: "
+               "checkpoint loaded in %.1f s%s, engine %.1f s\n",
                server_options.served_model_names.front().c_str(), server_options.host.c_str(),
-               server.port(), phases.c_str());
+               server.port(), total_s, host_load_s, device_phase,
+               total_s - host_load_s - device_load_s);
   server.run();
   g_stop_requested.store(true);
   watcher.join();

@@ -18,6 +18,16 @@ enum class Family { Wna16, W8a8, Fp8, Dequant };
 
 namespace {
 std::atomic<bool> keep_canonical_weights{false};
+
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::Wna16: return "wna16";
+    case Family::W8a8: return "w8a8";
+    case Family::Fp8: return "fp8";
+    case Family::Dequant: return "dequant";
+  }
+  return "?";
+}
 }  // namespace
 
 struct KernelLinear::State {
@@ -38,8 +48,7 @@ struct KernelLinear::State {
   // With the canonical weights kept (a model loaded for the GPU), the CPU kernel's own packing
   // waits for the layer's first CPU use: a GPU process never makes it, and for an 8B W4A16 model it
   // was a large share of the server's start (a second copy of every weight, reordered). The layer's
-  // checks (check_*_weights, run by the callers before deferring) and the kernel choice still
-  // happen at load, so bad weights fail there as before.
+  // checks and the kernel choice still happen at load, so bad weights fail there as before.
   std::function<void(State&)> deferred_pack;  // set until packed
   std::atomic<bool> packed{true};
   std::mutex pack_mutex;  // guards deferred_pack and name while packing is deferred
@@ -52,29 +61,22 @@ struct KernelLinear::State {
     deferred_pack = nullptr;
     packed.store(true, std::memory_order_release);
   }
-  // Packs now, or (canonical weights kept) on first use.
-  void pack_when_needed(std::function<void(State&)> pack, const std::string& pending_name) {
+  // Packs now; or, with the canonical weights kept, runs `check` (the checks packing starts with)
+  // and leaves `pack` to the first use.
+  void pack_when_needed(Family f, const std::function<void()>& check,
+                        std::function<void(State&)> pack) {
     if (!keep_canonical_weights.load()) {
       pack(*this);
       return;
     }
-    name = pending_name;
+    check();
+    name = std::string(family_name(f)) + " (CPU layout packed on first CPU use)";
     deferred_pack = std::move(pack);
     packed.store(false, std::memory_order_release);
   }
 };
 
 namespace {
-
-const char* family_name(Family f) {
-  switch (f) {
-    case Family::Wna16: return "wna16";
-    case Family::W8a8: return "w8a8";
-    case Family::Fp8: return "fp8";
-    case Family::Dequant: return "dequant";
-  }
-  return "?";
-}
 
 KernelSpec spec(const char* name, const char* implements) {
   KernelSpec k;
@@ -226,24 +228,22 @@ void KernelLinear::finish_int(const LayerParams& layer, kernels::IntWeights weig
       // would move them off the grid it emulates, and the next layer's rounding decisions with
       // them (measured: 0.05 on the bnb_int8 fixture's logits, against 1e-4).
       const bool exact = input || fake_quantized_inputs;
-      if (keep_canonical_weights.load()) kernels::cpu::check_wna16_weights(*shared);
       s.pack_when_needed(
+          f, [&] { kernels::cpu::check_wna16_weights(*shared); },
           [shared, exact](State& st) {
             st.wna16 = exact ? kernels::cpu::pack_wna16_with(exact_wna16_kernel(), *shared)
                              : kernels::pack_wna16(*shared);
             st.name = st.wna16->kernel_name();
-          },
-          "wna16 (CPU layout packed on first CPU use)");
+          });
     } else if (f == Family::W8a8) {
       s.int8_act = int8_activations(*input);
-      if (keep_canonical_weights.load()) kernels::cpu::check_w8a8_weights(*shared);
       s.pack_when_needed(
+          f, [&] { kernels::cpu::check_w8a8_weights(*shared); },
           [shared](State& st) {
             st.w8a8 = kernels::pack_w8a8(*shared);
             st.name = st.w8a8->kernel_name();
             st.w8a8_reference = shared;
-          },
-          "w8a8 (CPU layout packed on first CPU use)");
+          });
     } else {
       finish_dequant(layer, dequantize_int(*shared), input);
       return;
@@ -262,13 +262,12 @@ void KernelLinear::finish_fp8(const LayerParams& layer, kernels::Fp8Weights weig
   if (keep_canonical_weights.load()) s.canonical_fp8 = shared;
   select(layer, {Family::Fp8, Family::Dequant}, [&](Family f) {
     if (f == Family::Fp8) {
-      if (keep_canonical_weights.load()) kernels::cpu::check_fp8_weights(*shared);
       s.pack_when_needed(
+          f, [&] { kernels::cpu::check_fp8_weights(*shared); },
           [shared](State& st) {
             st.fp8 = kernels::pack_fp8(*shared);
             st.name = st.fp8->kernel_name();
-          },
-          "fp8 (CPU layout packed on first CPU use)");
+          });
       s.family = f;
     } else {
       finish_dequant(layer, dequantize_fp8(*shared), input);
