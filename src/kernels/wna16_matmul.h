@@ -64,6 +64,10 @@ enum class Wna16Kernel : uint8_t {
   // arithmetic (finer than rounding x to bf16 wherever x's largest element is within 128x of the
   // rest of its run). Prefill (blocked path): the same arithmetic as a register-blocked int16
   // GEMM (twice the fp32 FMA kernel's products per instruction).
+  // 5..6-bit symmetric weights in groups of 16 (llama.cpp's Q6_K) take the group-16 layout
+  // (src/kernels/cpu/wna16_g16.h, one byte per weight): the same x quantization and bound on every
+  // path there (runs of 128 columns), kernel name wna16_g16_avx2_i16dot; with AVX2 they run
+  // wna16_g16_avx2 (fp32 x, exact weights: ref up to fp32 summation order).
   AVX2_I16DOT,
 };
 
@@ -84,7 +88,8 @@ void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Pa
 // The streaming path with x kept in fp32 whatever the packing kernel (the bf16-dot and i16-dot
 // kernels' layouts run on the exact AVX-512 / AVX2 kernels): equals ref::matmul_wna16 up to fp32
 // summation order, so an identity x reads the decoded weights back exactly. For that probe, not
-// for speed. (The group-16 layout rounds x to bf16 on every path; 1 and 0 are exact there.)
+// for speed. (The group-16 layout's AVX-512 kernel rounds x to bf16 on every path; 1 and 0 are
+// exact there. Its AVX2 packings run the exact fp32 kernel here.)
 void matmul_wna16_exact(const float* x, int64_t m, const Wna16Packed& w, const float* bias,
                         float* y);
 

@@ -124,13 +124,23 @@ void for_each_i16_segment(const Wna16Layout& w, Fn fn) {
   }
 }
 
+// Where column c of x goes for wna16_g16_rows_i16dot_avx2: in every 32 columns the 8-column chunks
+// in the order 0, 2, 1, 3 (the lanes its byte unpacks give each vpmaddwd: wna16_g16_avx2.cc).
+int64_t g16_position(int64_t c) {
+  const int64_t chunk = (c >> 3) & 3;
+  const int64_t to = chunk == 1 ? 2 : chunk == 2 ? 1 : chunk;
+  return (c & ~int64_t{31}) | (to << 3) | (c & 7);
+}
+
 // x quantized to int16 for the i16-dot kernel (wna16_i16dot_avx2.cc), in packed column order: per
 // row of x and segment (for_each_i16_segment), the scale sx = max|x| / 32767 and xq = round(x / sx)
 // in [-32767, 32767]; with it sx · Σ xq, which the kernel multiplies by each row's zero point. A
 // segment holding Inf or NaN gets sx = NaN, so that the rows it meets come out NaN, as an fp32 dot
 // product's would (not some finite value). With `slivers`, also xq_pairs for the GEMM
-// (wna16_kernels.h).
-void i16_x(const Wna16Layout& w, const float* x, int64_t m, bool slivers, detail::Wna16Args& args) {
+// (wna16_kernels.h). With `g16_order`, xq in the order of the group-16 layout's kernel
+// (g16_position; no slivers then).
+void i16_x(const Wna16Layout& w, const float* x, int64_t m, bool slivers, detail::Wna16Args& args,
+           bool g16_order = false) {
   const int64_t kp = w.padded_cols;
   int64_t segments = 0;
   for_each_i16_segment(w, [&](int64_t, int64_t, int64_t) { ++segments; });
@@ -167,8 +177,9 @@ void i16_x(const Wna16Layout& w, const float* x, int64_t m, bool slivers, detail
         // adding and subtracting 1.5 · 2^23 (exact for |v| < 2^22; no libm call per element).
         const float v = std::clamp(at(c) * inverse, -32767.0f, 32767.0f);
         const float rounded = (v + 12582912.0f) - 12582912.0f;
-        out[c] = finite ? static_cast<int16_t>(rounded) : int16_t{0};
-        total += out[c];
+        const int16_t q = finite ? static_cast<int16_t>(rounded) : int16_t{0};
+        out[g16_order ? g16_position(c) : c] = q;
+        total += q;
       }
       scale[i * segments + seg] = sx;
       sum[i * segments + seg] = sx * static_cast<float>(total);
@@ -251,25 +262,62 @@ void run_streaming(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int
   });
 }
 
-// The group-16 layout (wna16_g16.h): x rounded to bf16 and zero-padded to whole units, rows
-// split between threads as run_streaming splits tiles.
-void run_g16(const detail::Wna16G16Cpu& w, const float* x, int64_t m, const float* bias,
-             float* y) {
+// The group-16 layout (wna16_g16.h): x zero-padded to whole units in the form the packing kernel
+// takes (bf16; int16 as the general layout's i16-dot kernel quantizes it, in runs of 128 columns;
+// fp32 for the exact AVX2 kernel, and for `exact` on AVX2 packings), rows split between threads as
+// run_streaming splits tiles. (`exact` keeps the AVX-512 kernel's bf16 x: 1 and 0 are exact there.)
+void run_g16(const detail::Wna16G16Cpu& w, const float* x, int64_t m, const float* bias, float* y,
+             bool exact = false) {
   detail::Wna16G16Args a = w.args();
   const int64_t kp = a.units * detail::kG16UnitCols;
-  auto* xb = reinterpret_cast<uint16_t*>(detail::thread_scratch(2, static_cast<size_t>((m * kp + 1) / 2)));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t c = 0; c < w.cols(); ++c) xb[i * kp + c] = f32_to_bf16(x[i * w.cols() + c]);
-    std::fill(xb + i * kp + w.cols(), xb + (i + 1) * kp, uint16_t{0});
+  void (*rows_fn)(const detail::Wna16G16Args&, int64_t, int64_t) = detail::wna16_g16_rows_avx512;
+  if (w.kernel() == Wna16Kernel::AVX512_BF16DOT) {
+    auto* xb = reinterpret_cast<uint16_t*>(
+        detail::thread_scratch(2, static_cast<size_t>((m * kp + 1) / 2)));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t c = 0; c < w.cols(); ++c) xb[i * kp + c] = f32_to_bf16(x[i * w.cols() + c]);
+      std::fill(xb + i * kp + w.cols(), xb + (i + 1) * kp, uint16_t{0});
+    }
+    a.xb = xb;
+  } else if (w.kernel() == Wna16Kernel::AVX2_I16DOT && !exact) {
+    // i16_x's runs over a layout of one group and no permutation: runs of 4 blocks of 32 columns,
+    // the kernel's kG16SegmentUnits units.
+    static_assert(detail::kWna16I16SegmentBlocks * kWna16BlockCols ==
+                  detail::kG16SegmentUnits * detail::kG16UnitCols);
+    const int64_t blocks[2] = {0, kp / kWna16BlockCols};
+    Wna16Layout flat;
+    flat.rows = a.rows;
+    flat.cols = w.cols();
+    flat.col_blocks = blocks[1];
+    flat.padded_cols = kp;
+    flat.groups = 1;
+    flat.group_blocks = blocks;
+    detail::Wna16Args q;
+    i16_x(flat, x, m, false, q, /*g16_order=*/true);
+    a.xq = q.xq;
+    a.xq_scale = q.xq_scale;
+    a.segments = q.segments;
+    rows_fn = detail::wna16_g16_rows_i16dot_avx2;
+  } else {
+    if (kp == w.cols()) {
+      a.x = x;
+    } else {
+      float* xp = detail::thread_scratch(2, static_cast<size_t>(m * kp));
+      for (int64_t i = 0; i < m; ++i) {
+        std::copy_n(x + i * w.cols(), w.cols(), xp + i * kp);
+        std::fill(xp + i * kp + w.cols(), xp + (i + 1) * kp, 0.0f);
+      }
+      a.x = xp;
+    }
+    rows_fn = detail::wna16_g16_rows_avx2;
   }
-  a.xb = xb;
   a.m = m;
   a.bias = bias;
   a.y = y;
   const int threads = detail::matmul_thread_count(m, a.rows, kp);
   parallel(threads, [&](int t, int count) {
     const detail::Range part = detail::split_range(a.rows, count, t, 16);  // 16 rows: a line of y
-    detail::wna16_g16_rows_avx512(a, part.begin, part.end);
+    rows_fn(a, part.begin, part.end);
   });
 }
 
@@ -382,9 +430,10 @@ std::shared_ptr<const Wna16Packed> pack_wna16_with(Wna16Kernel kernel, const Int
                       wna16_kernel_name(kernel) +
                       " kernel (features: " + cpu_features_string(cpu_features()) + ")");
   }
-  // 5..6-bit groups of 16 (Q6_K) would cost 2.25 bytes per weight in the general layout.
-  if (kernel == Wna16Kernel::AVX512_BF16DOT && detail::wna16_g16_applies(weights)) {
-    return std::make_shared<detail::Wna16G16Cpu>(weights);
+  // 5..6-bit groups of 16 (Q6_K) would cost 2.25 bytes per weight in the general layout. (The
+  // exact AVX512 kernel keeps it: AVX-512 CPUs that lack AVX512_BF16 are few.)
+  if (detail::wna16_g16_has_kernel(kernel) && detail::wna16_g16_applies(weights)) {
+    return std::make_shared<detail::Wna16G16Cpu>(kernel, weights);
   }
   return std::make_shared<detail::Wna16PackedCpu>(kernel, weights);
 }
@@ -393,8 +442,8 @@ void check_wna16_weights(const IntWeights& weights) { detail::validate_int_weigh
 
 void matmul_wna16_exact(const float* x, int64_t m, const Wna16Packed& packed, const float* bias,
                         float* y) {
-  if (dynamic_cast<const detail::Wna16G16Cpu*>(&packed) != nullptr) {
-    matmul_wna16_with(MatmulPath::STREAMING, x, m, packed, bias, y);
+  if (const auto* g16 = dynamic_cast<const detail::Wna16G16Cpu*>(&packed)) {
+    if (m > 0 && g16->rows() > 0) run_g16(*g16, x, m, bias, y, /*exact=*/true);
     return;
   }
   const detail::Wna16PackedCpu& p = cpu_packed(packed);

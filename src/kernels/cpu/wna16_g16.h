@@ -13,7 +13,13 @@
 //                         | (q[j + 48] >> 4) << 6                            (j < 16)
 // so that zero-extending lo and hi to 16-bit lanes and one select per half puts each column's
 // 6-bit code in the low bits of its own lane, in column order, ready for a 64-entry table lookup
-// (vpermt2w) that yields bf16(q - z0) (wna16_g16_avx512.cc).
+// (vpermt2w) that yields bf16(q - z0) (wna16_g16_avx512.cc); on AVX2, a nibble mask of lo and one
+// 16-entry vpshufb of hi per 32 columns yield q - z0 as bytes (wna16_g16_avx2.cc).
+//
+// Kernels: AVX512_BF16DOT packs this layout for wna16_g16_avx512_bf16dot (x rounded to bf16 on
+// every path), AVX2_I16DOT for wna16_g16_avx2_i16dot (x quantized to int16 per run of 128 columns
+// on every path; the general layout's i16-dot contract), AVX2 for wna16_g16_avx2 (fp32 x, exact
+// weights).
 #pragma once
 
 #include <cstdint>
@@ -25,41 +31,56 @@ namespace lowbit::kernels::cpu::detail {
 
 constexpr int64_t kG16UnitCols = 64;
 constexpr int64_t kG16UnitBytes = 64;
+// The i16-dot kernel's x scale covers this many units (128 columns, kWna16I16SegmentBlocks blocks
+// of the general layout): runs of units [2s, 2s + 2), the last one possibly a single unit.
+constexpr int64_t kG16SegmentUnits = 2;
 
-// The ISA entry point's arguments: output rows [row_begin, row_end) for all m rows of xb (bf16,
-// each row units · 64 values, zero-padded).
+// The ISA entry points' arguments: output rows [row_begin, row_end) for all m rows of x, each row
+// of x units · 64 values, zero-padded, in the form the kernel takes (one of xb, x, xq).
 struct Wna16G16Args {
   const uint8_t* data = nullptr;
   int64_t rows = 0, units = 0;
   int zero = 32;
-  const uint16_t* xb = nullptr;
+  const uint16_t* xb = nullptr;  // avx512: bf16(x)
   int64_t m = 0;
   const float* bias = nullptr;
   float* y = nullptr;
+  const float* x = nullptr;  // avx2 (exact): fp32 x
+  // i16dot: int16 x, in every 32 columns the 8-column chunks in the order 0, 2, 1, 3, and its scale
+  // per (row of x, run of kG16SegmentUnits units): xq_scale[i · segments + run].
+  const int16_t* xq = nullptr;
+  const float* xq_scale = nullptr;
+  int64_t segments = 0;
 };
 void wna16_g16_rows_avx512(const Wna16G16Args& a, int64_t row_begin, int64_t row_end);
+void wna16_g16_rows_avx2(const Wna16G16Args& a, int64_t row_begin, int64_t row_end);
+void wna16_g16_rows_i16dot_avx2(const Wna16G16Args& a, int64_t row_begin, int64_t row_end);
 
-// Whether these weights take this layout: 5 or 6 bits, groups of 16, symmetric, no g_idx. Its
-// only kernel needs AVX512_BF16: pack_wna16_with uses it for the AVX512_BF16DOT kernel only.
+// Whether these weights take this layout: 5 or 6 bits, groups of 16, symmetric, no g_idx.
+// pack_wna16_with uses it for the kernels that have a group-16 counterpart: AVX512_BF16DOT, AVX2
+// and AVX2_I16DOT (wna16_g16_has_kernel).
 bool wna16_g16_applies(const IntWeights& w);
+bool wna16_g16_has_kernel(Wna16Kernel kernel);
 
 class Wna16G16Cpu final : public Wna16Packed {
  public:
-  explicit Wna16G16Cpu(const IntWeights& w);  // throws InvalidArgument as pack_wna16 does
+  // Throws InvalidArgument as pack_wna16 does; `kernel` one of wna16_g16_has_kernel's.
+  Wna16G16Cpu(Wna16Kernel kernel, const IntWeights& w);
   int64_t rows() const override { return rows_; }
   int64_t cols() const override { return cols_; }
-  const char* kernel_name() const override { return "wna16_g16_avx512_bf16dot"; }
+  const char* kernel_name() const override;  // wna16_g16_avx512_bf16dot, _avx2_i16dot, _avx2
   size_t bytes() const override { return data_.size(); }
-  // The packed weights for wna16_g16_rows_avx512 (x, m, bias and y left for the caller):
-  // y = bf16(x) · Wᵀ (+ bias) for any m, products exact in fp32, one scale product per group of
-  // 16, fp32 sums (run by matmul_wna16, wna16_dispatch.cc).
+  Wna16Kernel kernel() const { return kernel_; }
+  // The packed weights for the kernel's entry point (x, m, bias and y left for the caller): for
+  // wna16_g16_rows_avx512, y = bf16(x) · Wᵀ (+ bias) for any m, products exact in fp32, one scale
+  // product per group of 16, fp32 sums (run by matmul_wna16, wna16_dispatch.cc).
   Wna16G16Args args() const { return {data_.data(), rows_, units_, zero_}; }
 
  private:
+  Wna16Kernel kernel_;
   int64_t rows_ = 0, cols_ = 0, units_ = 0;
   int zero_ = 32;  // 2^(bits - 1)
   std::vector<uint8_t> data_;
 };
-
 
 }  // namespace lowbit::kernels::cpu::detail

@@ -1,5 +1,6 @@
 // The group-16 layout of wna16_g16.h: which weights take it, and packing them.
 #include <algorithm>
+#include <string>
 
 #include "kernels/cpu/wna16_g16.h"
 #include "kernels/cpu/wna16_kernels.h"
@@ -11,11 +12,27 @@ bool wna16_g16_applies(const IntWeights& w) {
   return (w.bits == 5 || w.bits == 6) && w.group_size == 16 && w.zeros.empty() && w.g_idx.empty();
 }
 
-Wna16G16Cpu::Wna16G16Cpu(const IntWeights& w) {
+bool wna16_g16_has_kernel(Wna16Kernel kernel) {
+  return kernel == Wna16Kernel::AVX512_BF16DOT || kernel == Wna16Kernel::AVX2 ||
+         kernel == Wna16Kernel::AVX2_I16DOT;
+}
+
+const char* Wna16G16Cpu::kernel_name() const {
+  switch (kernel_) {
+    case Wna16Kernel::AVX2: return "wna16_g16_avx2";
+    case Wna16Kernel::AVX2_I16DOT: return "wna16_g16_avx2_i16dot";
+    default: return "wna16_g16_avx512_bf16dot";
+  }
+}
+
+Wna16G16Cpu::Wna16G16Cpu(Wna16Kernel kernel, const IntWeights& w) : kernel_(kernel) {
   validate_int_weights(w);
   LOWBIT_CHECK(wna16_g16_applies(w), "Wna16G16Cpu: weights of " + std::to_string(w.bits) +
                                          " bits, group " + std::to_string(w.group_size) +
                                          " do not take the group-16 layout");
+  LOWBIT_CHECK(wna16_g16_has_kernel(kernel), std::string("Wna16G16Cpu: the ") +
+                                                 wna16_kernel_name(kernel) +
+                                                 " kernel has no group-16 counterpart");
   rows_ = w.rows;
   cols_ = w.cols;
   zero_ = 1 << (w.bits - 1);

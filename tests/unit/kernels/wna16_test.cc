@@ -242,7 +242,7 @@ int check_all_kernels(const Problem& p) {
           }
           if (path == MatmulPath::BLOCKED) {
             if (++failures <= 5) {
-              ADD_FAILURE() << cpu::wna16_kernel_name(kernel) << "/" << path_name(path) << " "
+              ADD_FAILURE() << packed->kernel_name() << "/" << path_name(path) << " "
                             << describe(s, p.m) << (bias ? " bias" : "") << ": y[" << o / s.rows
                             << "][" << o % s.rows << "] = " << y[o] << ", bf16 ref "
                             << p.y_bf16wx[o] << ", ref " << p.y_ref[o] << ", tolerance " << tol16;
@@ -259,7 +259,7 @@ int check_all_kernels(const Problem& p) {
         }
         if (!(std::fabs(y[o] - want) <= tolerance + 1e-30)) {
           if (++failures <= 5) {
-            ADD_FAILURE() << cpu::wna16_kernel_name(kernel) << "/" << path_name(path) << " "
+            ADD_FAILURE() << packed->kernel_name() << "/" << path_name(path) << " "
                           << describe(s, p.m) << (bias ? " bias" : "") << ": y[" << o / s.rows
                           << "][" << o % s.rows << "] = " << y[o] << ", ref " << want
                           << ", tolerance " << tolerance;
@@ -311,19 +311,28 @@ TEST(Wna16Test, KernelsMatchReferenceOnLargerShapes) {
   EXPECT_EQ(failures, 0);
 }
 
-// 6- and 5-bit symmetric weights in groups of 16 (llama.cpp's Q6_K) take their own layout on
-// AVX512_BF16 CPUs (wna16_g16.h): k a multiple of 64 or not (the last unit padded), k below one
-// unit, n below and across the 16-row blocks and the threads' shares, m across the 4-row passes.
+// 6- and 5-bit symmetric weights in groups of 16 (llama.cpp's Q6_K) take their own layout
+// (wna16_g16.h) with the AVX512_BF16DOT, AVX2_I16DOT and AVX2 kernels, which check_all_kernels
+// packs on every CPU that runs them (this one's AVX2 kernels included where it has AVX-512): k a
+// multiple of 64 or not (the last unit padded; k = 200, 1000: partial groups too), k below one
+// unit, k across the i16-dot kernel's runs of 128 columns with a partial last run (336, 200, 1000),
+// n below and across the 16-row blocks and the threads' shares, m across the 3- and 4-row passes
+// (17: five passes of 3 and one of 2). Tolerances are check_all_kernels': wna16_g16_avx2 is an
+// exact kernel (ref up to fp32 summation order); wna16_g16_avx2_i16dot meets the i16-dot bound
+// there (x off by <= 0.51 · sx per element, sx = max|x| / 32767 of a run <= the row's max|x| /
+// 32767, and fp32 roundings on terms bounded by Σ s·(q + z)·|x'| >= Σ s·|q - z|·|x'|, the terms it
+// sums), which a code decoded one step wrong exceeds unless its scale is tiny against the row's
+// (random scales spread over 2^-12..1): Group16Avx2KernelsReadEveryCode checks every code alone.
 TEST(Wna16Test, Group16LayoutMatchesReference) {
   Rng rng(20261201);
   struct Dims {
     int64_t rows, cols;
   };
-  const Dims dims[] = {{37, 256}, {5, 80}, {1, 16}, {300, 1024}, {17, 336}};
+  const Dims dims[] = {{37, 256}, {5, 80}, {1, 16}, {300, 1024}, {17, 336}, {131, 200}, {23, 1000}};
   int failures = 0, problems = 0;
   for (int bits : {6, 5}) {
     for (const Dims& d : dims) {
-      for (int64_t m : {1, 2, 3, 4, 5, 9, 33}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 9, 17, 33}) {
         const Shape shape{bits, d.rows, d.cols, 16, false, false};
         failures += check_all_kernels(make_problem(shape, m, (problems++ % 2) == 1, rng));
       }
@@ -335,6 +344,73 @@ TEST(Wna16Test, Group16LayoutMatchesReference) {
     const IntWeights w = random_weights({6, 8, 64, 16, false, false}, one);
     EXPECT_STREQ(pack_wna16(w)->kernel_name(), "wna16_g16_avx512_bf16dot");
     EXPECT_EQ(pack_wna16(w)->bytes(), size_t{8 * 64});  // one byte per weight, scales included
+  }
+  if (cpu::wna16_kernel_supported(Wna16Kernel::AVX2_I16DOT)) {
+    Rng one(1);
+    const IntWeights w = random_weights({6, 8, 64, 16, false, false}, one);
+    EXPECT_STREQ(cpu::pack_wna16_with(Wna16Kernel::AVX2_I16DOT, w)->kernel_name(),
+                 "wna16_g16_avx2_i16dot");
+    EXPECT_EQ(cpu::pack_wna16_with(Wna16Kernel::AVX2_I16DOT, w)->bytes(), size_t{8 * 64});
+    EXPECT_STREQ(cpu::pack_wna16_with(Wna16Kernel::AVX2, w)->kernel_name(), "wna16_g16_avx2");
+    EXPECT_EQ(cpu::pack_wna16_with(Wna16Kernel::AVX2, w)->bytes(), size_t{8 * 64});
+  }
+}
+
+// Every code of the group-16 layout read back one by one through the AVX2 kernels, with x the
+// identity (m = k rows of x, so also every pass of 1..3 rows of x): any code, scale or x lane
+// decoded or placed wrong shows, whatever its scale.
+//  - matmul_wna16_exact (fp32 x on both packings: wna16_g16_avx2's arithmetic): one non-zero
+//    product 1 · float(q - z0)·s, the value ref forms, plus exact zeros: equal, bit for bit.
+//  - the i16-dot path (AUTO): the run holding the 1 has sx = fl(1/32767) and xq = 32767 exactly,
+//    the other runs sx = 0 and xq = 0; the int32 sum (q - z0)·2^8·32767 converts exactly (< 2^20
+//    times 2^8), then three roundings (· s, · sx, and sx's own) and the exact 2^-8: within
+//    4·2^-24·|w|, where a code one step off is off by |s| >= |w| / 32.
+// cols not a multiple of 64 (the last unit padded), n not a multiple of the 16-row blocks.
+TEST(Wna16Test, Group16Avx2KernelsReadEveryCode) {
+  if (!cpu::wna16_kernel_supported(Wna16Kernel::AVX2_I16DOT)) GTEST_SKIP() << "no AVX2";
+  Rng rng(62);
+  for (const Shape& shape :
+       {Shape{6, 19, 200, 16, false, false}, Shape{5, 21, 80, 16, false, false},
+        Shape{6, 3, 336, 16, false, false}}) {
+    IntWeights w = random_weights(shape, rng);
+    for (int64_t c = 0; c < 4; ++c) {  // the extreme codes, in row 0
+      w.codes[static_cast<size_t>(c)] = static_cast<uint8_t>(c % 2 ? (1 << shape.bits) - 1 : 0);
+    }
+    std::vector<float> identity(static_cast<size_t>(shape.cols * shape.cols), 0.0f);
+    for (int64_t c = 0; c < shape.cols; ++c) {
+      identity[static_cast<size_t>(c * shape.cols + c)] = 1.0f;
+    }
+    for (Wna16Kernel kernel : {Wna16Kernel::AVX2_I16DOT, Wna16Kernel::AVX2}) {
+      auto packed = cpu::pack_wna16_with(kernel, w);
+      for (bool exact : {true, false}) {
+        std::vector<float> y(static_cast<size_t>(shape.cols * shape.rows), std::nanf(""));
+        if (exact) {
+          cpu::matmul_wna16_exact(identity.data(), shape.cols, *packed, nullptr, y.data());
+        } else {
+          matmul_wna16(identity.data(), shape.cols, *packed, nullptr, y.data());
+        }
+        const bool bitwise = exact || kernel == Wna16Kernel::AVX2;
+        int64_t differ = 0;
+        for (int64_t c = 0; c < shape.cols; ++c) {
+          for (int64_t r = 0; r < shape.rows; ++r) {
+            const int64_t g = w.group_of(c);
+            const float q = static_cast<float>(w.codes[static_cast<size_t>(r * shape.cols + c)]);
+            const float want =
+                (q - w.zero(r, g)) * w.scales[static_cast<size_t>(r * w.groups() + g)];
+            const float got = y[static_cast<size_t>(c * shape.rows + r)];
+            const double tolerance = bitwise ? 0.0 : 4.0 * std::ldexp(std::fabs(want), -24);
+            if (!(std::fabs(static_cast<double>(got) - want) <= tolerance)) {
+              if (++differ <= 3) {
+                ADD_FAILURE() << packed->kernel_name() << (exact ? " exact" : "") << " "
+                              << describe(shape, shape.cols) << ": w[" << r << "][" << c
+                              << "] reads " << got << ", want " << want;
+              }
+            }
+          }
+        }
+        EXPECT_EQ(differ, 0) << packed->kernel_name() << (exact ? " exact" : "");
+      }
+    }
   }
 }
 
