@@ -41,9 +41,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -155,6 +157,12 @@ double copy_bandwidth(cudaStream_t stream) {
   return 2.0 * bytes / (us * 1e-6);
 }
 
+const char* path_name(Wna16GpuPath path) {
+  return path == Wna16GpuPath::STREAM  ? "stream"
+         : path == Wna16GpuPath::WGMMA ? "wgmma"
+                                       : "dequant";
+}
+
 struct Case {
   const char* name;
   int64_t n, k;
@@ -194,17 +202,22 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
                                             wna16_workspace_bytes(max_m, copies[0], Wna16GpuPath::STREAM),
                                             detail::kWna16LtWorkspaceBytes}));
 
-  // AUTO's path at each m, and both paths around the crossover (m = 64, 128).
+  // AUTO's path at each m, and the other paths from 32 rows on (to place the crossovers).
   struct Run {
     int64_t m;
     Wna16GpuPath path;
   };
   std::vector<Run> runs;
-  for (int64_t m : {1, 4, 8, 16, 32, 64, 128, 1024}) {
+  for (int64_t m : {1, 4, 8, 16, 32, 64, 96, 128, 256, 1024}) {
     const Wna16GpuPath automatic = wna16_auto_path(m, copies[0]);
     runs.push_back({m, automatic});
-    if (m == 64 || m == 128) {
-      runs.push_back({m, automatic == Wna16GpuPath::STREAM ? Wna16GpuPath::DEQUANT_GEMM : Wna16GpuPath::STREAM});
+    if (m < 32) continue;
+    for (Wna16GpuPath other :
+         {Wna16GpuPath::STREAM, Wna16GpuPath::DEQUANT_GEMM, Wna16GpuPath::WGMMA}) {
+      if (other == automatic || (other == Wna16GpuPath::WGMMA && !detail::wna16_wgmma_available()))
+        continue;
+      if (other == Wna16GpuPath::STREAM && m > 256) continue;
+      runs.push_back({m, other});
     }
   }
   for (const Run& run : runs) {
@@ -243,12 +256,14 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
     });
     const double bytes = static_cast<double>(weight_bytes) + 2.0 * m * (c.k + c.n);
     const double flops = 2.0 * m * c.n * c.k;
-    std::printf("%-8s int%d %-7s m=%-5lld %-7s %9.2f us %7.0f GB/s %5.1f%% of 4.8T %5.1f%% of copy %7.1f TFLOP/s %5.1f%% | bf16 %9.2f us %7.1f TFLOP/s | speed-up %5.2fx | rel.err %.1e%s\n",
-                c.name, bits, group == c.k ? "channel" : "g128", static_cast<long long>(m),
-                path == Wna16GpuPath::STREAM ? "stream" : "dequant", us, bytes / us * 1e-3,
-                100.0 * bytes / (us * 1e-6) / kSpecBandwidth, 100.0 * bytes / (us * 1e-6) / copy_bw,
-                flops / us * 1e-6, 100.0 * flops / (us * 1e-6) / kSpecBf16, lt_us, flops / lt_us * 1e-6,
-                lt_us / us, error, error < 1e-2 ? "" : "  <-- WRONG");
+    std::printf(
+        "%-8s int%d %-7s m=%-5lld %-7s %9.2f us %7.0f GB/s %5.1f%% of 4.8T %5.1f%% of copy %7.1f "
+        "TFLOP/s %5.1f%% | bf16 %9.2f us %7.1f TFLOP/s | speed-up %5.2fx | rel.err %.1e%s\n",
+        c.name, bits, group == c.k ? "channel" : "g128", static_cast<long long>(m), path_name(path),
+        us, bytes / us * 1e-3, 100.0 * bytes / (us * 1e-6) / kSpecBandwidth,
+        100.0 * bytes / (us * 1e-6) / copy_bw, flops / us * 1e-6,
+        100.0 * flops / (us * 1e-6) / kSpecBf16, lt_us, flops / lt_us * 1e-6, lt_us / us, error,
+        error < 1e-2 ? "" : "  <-- WRONG");
     std::fflush(stdout);
   }
 
@@ -260,6 +275,25 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
       const double us = time_graph(stream, [&](int i) {
         detail::launch_wna16_stream(x.data(), c.k, m, copies[static_cast<size_t>(i) % copies.size()], nullptr, y.data(),
                                     stream, split);
+      });
+      if (split == 0) {
+        std::printf("  auto %.2f us |", us);
+      } else {
+        std::printf("  %d: %.2f", split, us);
+      }
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  // The k split (cluster size) of the wgmma kernel, forced, at m = 128.
+  if (detail::wna16_wgmma_available()) {
+    const int64_t m = 128;
+    std::printf("%-8s int%d %-7s m=%-5lld wgmma split:", c.name, bits,
+                group == c.k ? "channel" : "g128", static_cast<long long>(m));
+    for (int split : {0, 1, 2, 4, 8}) {
+      const double us = time_graph(stream, [&](int i) {
+        detail::launch_wna16_wgmma(x.data(), c.k, m, copies[static_cast<size_t>(i) % copies.size()],
+                                   nullptr, y.data(), stream, split);
       });
       if (split == 0) {
         std::printf("  auto %.2f us |", us);
@@ -290,8 +324,14 @@ int main() {
                 props.name, props.multiProcessorCount, copy_bw * 1e-12);
     const Case cases[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate", 14336, 4096},
                           {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
-    for (const Case& c : cases) run_case(c, 4, 128, stream, copy_bw);
-    for (const Case& c : cases) run_case(c, 8, c.k, stream, copy_bw);
+    // WNA16_BENCH_ONLY=NAME runs one shape (int4 g128 only), e.g. for a profiler.
+    const char* only = std::getenv("WNA16_BENCH_ONLY");
+    for (const Case& c : cases) {
+      if (!only || std::string(only) == c.name) run_case(c, 4, 128, stream, copy_bw);
+    }
+    if (!only) {
+      for (const Case& c : cases) run_case(c, 8, c.k, stream, copy_bw);
+    }
     cudaStreamDestroy(stream);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wna16_bench: %s\n", e.what());

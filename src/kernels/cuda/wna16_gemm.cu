@@ -273,14 +273,19 @@ Wna16GpuPath wna16_auto_path(int64_t m, const Wna16GpuWeights& weights) {
   const double slices = std::ceil(static_cast<double>(L.tiles) / static_cast<double>(std::max<int64_t>(detail::slice_tiles(L), 1)));
   const double dequant_us = slices * 6.0 + (packed + 2.0 * weights_n) / 3.0e6 +
                             std::max(2.0 * weights_n / 3.3e6, 2.0 * static_cast<double>(m) * weights_n / 650e6);
+  // WGMMA is not taken: measured slower than these two on every Llama-8B shape (bench/NOTES.md,
+  // session 30).
   return stream_us <= dequant_us ? Wna16GpuPath::STREAM : Wna16GpuPath::DEQUANT_GEMM;
 }
 
 size_t wna16_workspace_bytes(int64_t m, const Wna16GpuWeights& weights, Wna16GpuPath path) {
   if (m <= 0) return 0;
   const Wna16GpuLayout& L = weights.layout;
+  const Wna16GpuPath resolved = resolve(path, m, weights);
+  if (resolved == Wna16GpuPath::WGMMA)
+    return detail::align_up(static_cast<size_t>(m * L.padded_cols() * 2));  // x in k order
   size_t bytes = gather_bytes(m, L);
-  if (resolve(path, m, weights) == Wna16GpuPath::DEQUANT_GEMM) {
+  if (resolved == Wna16GpuPath::DEQUANT_GEMM) {
     bytes += detail::align_up(static_cast<size_t>(detail::slice_tiles(L) * 16 * L.padded_cols() * 2)) +
              detail::kWna16LtWorkspaceBytes;
   }
@@ -348,6 +353,12 @@ void wna16_gemm(const uint16_t* x, int64_t m, const Wna16GpuWeights& weights, ui
   if (!check_call("wna16_gemm", x, m, weights, y, bias, 2, workspace, workspace_bytes, path)) return;
   const Wna16GpuLayout& L = weights.layout;
   path = resolve(path, m, weights);
+  if (path == Wna16GpuPath::WGMMA) {
+    auto* xw = static_cast<uint16_t*>(workspace);
+    detail::launch_wna16_wgmma_x(x, m, weights, xw, stream);
+    detail::launch_wna16_wgmma(xw, L.padded_cols(), m, weights, bias, y, stream);
+    return;
+  }
   const PackedX px = packed_x(x, m, weights, workspace, stream);
   if (path == Wna16GpuPath::STREAM) {
     stream_launches(m, [&](int64_t i0, int64_t rows) {

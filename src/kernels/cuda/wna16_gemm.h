@@ -3,10 +3,10 @@
 // lowbit's canonical kernels::IntWeights (codes [n, k], fp32 scales [n, groups], optional zero
 // points, optional GPTQ g_idx), repacked once at load by pack_wna16_for_gpu.
 //
-// Two paths:
+// Three paths:
 //  STREAM (decode and small batches; AUTO for m <= 64 and, by a bytes-and-FLOPs model, beyond
-//    while it beats DEQUANT_GEMM: at 128 rows the gate/up-sized layers): the packed codes are
-//    streamed once per launch of <= 64 rows of x. Each thread copies its share of the codes,
+//    while it beats the others): the packed codes are streamed once per launch of <= 64 rows of
+//    x. Each thread copies its share of the codes,
 //    scales, zero points and x pieces into a ring of shared memory with cp.async several chunks
 //    ahead, turns each code into the exact integer (q - z) as bf16 in registers (lop3 / magic
 //    numbers, no table), multiplies on the tensor cores (mma.sync m16n8k16, weights as the 16-row
@@ -29,6 +29,14 @@
 //    a cuBLASLt BF16 GEMM (fp32 accumulate, bias epilogue) per slice. Correct and simple; it reads
 //    and writes the weights once more than a fused kernel would. Accuracy: as a bf16 model whose
 //    weights are bf16((q - z)·s): |Δ| <= 2^-8·Σ|w·x| beyond the above.
+//  WGMMA (sm_90a GPUs, H100 / H200; only when asked for: AUTO never takes it): one kernel,
+//    wna16_wgmma.cu: each warp dequantizes its tile's codes into the A registers of the warpgroup
+//    instruction wgmma, bf16((q - z)·s) as DEQUANT_GEMM does, and multiplies them by x copied into
+//    shared memory by TMA, asynchronously; the packed weights are read once per 128 rows of x and
+//    never written back. The same weights as DEQUANT_GEMM, so the same accuracy bound (fp32
+//    tensor-core accumulation, one bf16 rounding of y). Correct on the H200 but, as it stands,
+//    slower than STREAM / DEQUANT_GEMM (bench/NOTES.md, session 30): the start of the kernel the
+//    "never slower than bf16 to 128 rows" goal needs. Elsewhere: Unsupported.
 //
 // Column order. Columns are stably sorted by group (g_idx, GPTQ desc_act) and each group is padded
 // with zero columns to a common length L (a multiple of 16; L <= 32 or a multiple of 64), so that
@@ -56,7 +64,7 @@
 
 namespace lowbit::kernels::cuda {
 
-enum class Wna16GpuPath : uint8_t { AUTO, STREAM, DEQUANT_GEMM };
+enum class Wna16GpuPath : uint8_t { AUTO, STREAM, DEQUANT_GEMM, WGMMA };
 
 // The packed layout's shape (see wna16_internal.h for the byte layout).
 struct Wna16GpuLayout {

@@ -65,6 +65,24 @@ void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wn
                              const uint16_t* bias, uint16_t* y, const float* bias_f32, float* y_f32,
                              cudaStream_t stream, int split_override);
 
+// The WGMMA path (wna16_wgmma.cu) on rows [0, m) of x, any m >= 1: x [m, ldx] in the wgmma k order
+// (launch_wna16_wgmma_x), 16-byte aligned rows; y and bias as launch_wna16_stream. Throws
+// Unsupported unless wna16_wgmma_available().
+void launch_wna16_wgmma(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
+                        const uint16_t* bias, uint16_t* y, cudaStream_t stream,
+                        int split_override = 0);
+// xw [m, k'] = x [m, k] in the wgmma kernel's k order (the layout's gather and padding included).
+void launch_wna16_wgmma_x(const uint16_t* x, int64_t m, const Wna16GpuWeights& w, uint16_t* xw,
+                          cudaStream_t stream);
+// Whether the current device runs the wgmma kernel: an sm_90 GPU (H100 / H200) and a build with
+// sm_90a code (the default CMAKE_CUDA_ARCHITECTURES).
+bool wna16_wgmma_available();
+
+// Shares of k (its cluster size, 1..8) the wgmma kernel splits `units` blocks (row blocks × blocks
+// of x rows) of `chunks` chunks into, on `resident` block slots.
+int wna16_wgmma_splits(int64_t units, int64_t chunks, int64_t resident);
+constexpr int64_t kWna16WgmmaBlockTiles = 8;  // 16-row tiles of one block of the wgmma kernel
+
 // Shares of k the block kernel splits `blocks` row blocks of `chunks` chunks into (its cluster
 // size, 1..8): double while the doubled grid still fits in one wave of `resident` blocks and each
 // share keeps >= 8 chunks (a ring's ramp is ~D chunks); 8 is the portable cluster size.

@@ -33,10 +33,19 @@ struct Wna16KernelParams {
   uint32_t zero_pair = 0;    // symmetric zero point of both rows, as a byte pair
 };
 
+// The parameters of a launch on rows [0, m) of x (wna16_stream.cu).
+Wna16KernelParams wna16_kernel_params(const uint16_t* x, int64_t ldx, int64_t m,
+                                      const Wna16GpuWeights& w, const uint16_t* bias, uint16_t* y,
+                                      const float* bias_f32, float* y_f32);
+
 // The block kernel (wna16_block.cu) on kWna16StreamKernelRows < p.m <= kWna16StreamMaxRows rows;
 // split_override > 0 forces the shares of k (the benchmark's sweep).
 void launch_wna16_block(const Wna16KernelParams& p, const Wna16GpuLayout& layout, int split_override,
                         cudaStream_t stream);
+
+// The wgmma kernel (wna16_wgmma.cu) on p.m >= 1 rows; split_override as above.
+void launch_wna16_wgmma_params(const Wna16KernelParams& p, const Wna16GpuLayout& layout,
+                               int split_override, cudaStream_t stream);
 
 __device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");

@@ -361,14 +361,10 @@ void launch_wna16_stream_f32(const uint16_t* x, int64_t ldx, int64_t m, const Wn
   launch_wna16_stream_any(x, ldx, m, w, nullptr, nullptr, bias, y, stream, 0);
 }
 
-void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
-                             const uint16_t* bias, uint16_t* y, const float* bias_f32, float* y_f32,
-                             cudaStream_t stream, int split_override) {
+Wna16KernelParams wna16_kernel_params(const uint16_t* x, int64_t ldx, int64_t m,
+                                      const Wna16GpuWeights& w, const uint16_t* bias, uint16_t* y,
+                                      const float* bias_f32, float* y_f32) {
   const Wna16GpuLayout& L = w.layout;
-  LOWBIT_CHECK_AS(Internal, m > 0 && m <= kWna16StreamMaxRows, "launch_wna16_stream: m out of range");
-  LOWBIT_CHECK_AS(Internal, L.chunks == 0 || (x != nullptr && ldx % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0),
-                  "launch_wna16_stream: x rows must be 16-byte aligned");
-  if (L.tiles == 0) return;
   Wna16KernelParams p;
   p.codes = reinterpret_cast<const uint4*>(w.codes.data());
   p.scales = reinterpret_cast<const float2*>(w.scales.data());
@@ -387,6 +383,21 @@ void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wn
   p.chunks_per_group = L.steps_per_group >= 4 ? static_cast<int>(L.steps_per_group / 4) : 1;
   const uint32_t z0 = 1u << (L.bits - 1);
   p.zero_pair = z0 | (z0 << 8);
+  return p;
+}
+
+void launch_wna16_stream_any(const uint16_t* x, int64_t ldx, int64_t m, const Wna16GpuWeights& w,
+                             const uint16_t* bias, uint16_t* y, const float* bias_f32, float* y_f32,
+                             cudaStream_t stream, int split_override) {
+  const Wna16GpuLayout& L = w.layout;
+  LOWBIT_CHECK_AS(Internal, m > 0 && m <= kWna16StreamMaxRows,
+                  "launch_wna16_stream: m out of range");
+  LOWBIT_CHECK_AS(
+      Internal,
+      L.chunks == 0 || (x != nullptr && ldx % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0),
+      "launch_wna16_stream: x rows must be 16-byte aligned");
+  if (L.tiles == 0) return;
+  const Wna16KernelParams p = wna16_kernel_params(x, ldx, m, w, bias, y, bias_f32, y_f32);
   if (m > kWna16StreamKernelRows) {
     launch_wna16_block(p, L, split_override, stream);
     return;

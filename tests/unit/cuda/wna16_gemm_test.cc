@@ -172,7 +172,8 @@ int check(const Problem& p, const std::vector<float>& y, Wna16GpuPath path, int6
     if (path == Wna16GpuPath::STREAM) {
       const double gpu_error = gamma(kp + groups + 18, -22) * p.magnitude[o];
       tolerance = gpu_error + ref_error + std::ldexp(std::fabs(want) + gpu_error + ref_error, -8);
-    } else {  // bf16 weights: tight against their exact sum, then the contract against ref
+    } else {  // DEQUANT_GEMM and WGMMA multiply bf16((q - z)·s) weights: tight against their exact
+              // sum, then the contract against ref
       const double gpu_error = gamma(kp + 10, -22) * p.magnitude_bf16w[o];
       want = p.y_bf16w[o];
       tolerance = gpu_error + std::ldexp(std::fabs(want) + gpu_error, -8);
@@ -188,15 +189,18 @@ int check(const Problem& p, const std::vector<float>& y, Wna16GpuPath path, int6
       // roundoff; the first run on the H200 showed 2^-9 was too tight: outputs were correctly rounded).
       const double contract = tolerance + ref_error + std::ldexp(p.magnitude[o], -8);
       if (!(std::fabs(y[o] - p.y_ref[o]) <= contract) && ++failures <= 5) {
-        ADD_FAILURE() << "dequant_gemm contract " << describe(s, p.m) << ": y[" << o / s.n << "]["
+        ADD_FAILURE() << "bf16-weight contract " << describe(s, p.m) << ": y[" << o / s.n << "]["
                       << o % s.n << "] = " << y[o] << ", ref " << p.y_ref[o] << " ± " << contract;
       }
     }
     if (!(std::fabs(y[o] - want) <= tolerance)) {
       if (++failures <= 5) {
-        ADD_FAILURE() << (path == Wna16GpuPath::STREAM ? "stream " : "dequant_gemm ") << describe(s, p.m)
-                      << (p.bias.empty() ? "" : " bias") << ": y[" << o / s.n << "][" << o % s.n
-                      << "] = " << y[o] << ", want " << want << " ± " << tolerance;
+        ADD_FAILURE() << (path == Wna16GpuPath::STREAM  ? "stream "
+                          : path == Wna16GpuPath::WGMMA ? "wgmma "
+                                                        : "dequant_gemm ")
+                      << describe(s, p.m) << (p.bias.empty() ? "" : " bias") << ": y[" << o / s.n
+                      << "][" << o % s.n << "] = " << y[o] << ", want " << want << " ± "
+                      << tolerance;
       }
     }
   }
@@ -439,6 +443,70 @@ TEST(Wna16Gpu, DequantGemmMatchesReference) {
   EXPECT_EQ(failures, 0) << "over " << problems << " problems";
 }
 
+// The wgmma kernel (sm_90a): the weights it multiplies are DEQUANT_GEMM's bf16((q - z)·s), so the
+// same tolerances. Every configuration of groups per chunk (16, 32, >= 64 columns), zero points,
+// g_idx (gathered x), n not a multiple of 4 (scalar stores) or of 128 (a partial block), m below,
+// at and past one block of 64 / 128 rows.
+TEST(Wna16Gpu, WgmmaMatchesReference) {
+  if (!device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!detail::wna16_wgmma_available()) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
+  Rng rng(20261203);
+  int failures = 0, problems = 0;
+  for (int bits : {4, 8}) {
+    for (Shape shape : kDims) {
+      shape.bits = bits;
+      shape.zeros = (problems % 3) == 1;
+      shape.g_idx = shape.group != 0 && (problems % 4) == 2;
+      for (int64_t m : {1, 40, 64, 65, 128, 200}) {
+        failures += run_and_check(shape, m, (problems++ % 2) == 0, Wna16GpuPath::WGMMA, rng);
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << "over " << problems << " problems";
+}
+
+// Long rows split over clusters of 1..8 blocks (each share a run of chunks; groups straddle
+// shares), against the reference; and the shares reduce in a fixed order: the same bits each time.
+TEST(Wna16Gpu, WgmmaSplitsOfK) {
+  if (!device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!detail::wna16_wgmma_available()) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
+  Rng rng(31);
+  int failures = 0;
+  for (const Shape& shape :
+       {Shape{4, 300, 4160, 128, true, false}, Shape{8, 136, 2048, 32, false, true}}) {
+    for (int64_t m : {70, 128}) {
+      const Problem p = make_problem(shape, m, true, rng);
+      const Wna16GpuWeights packed = pack_wna16_for_gpu(p.w);
+      DeviceBuffer<uint16_t> x{std::span<const uint16_t>(p.x_bits)};
+      DeviceBuffer<uint16_t> bias{std::span<const uint16_t>(p.bias_bits)};
+      DeviceBuffer<uint8_t> ws(wna16_workspace_bytes(m, packed, Wna16GpuPath::WGMMA));
+      auto* xp = reinterpret_cast<uint16_t*>(ws.data());
+      const int64_t ldx = packed.layout.padded_cols();
+      detail::launch_wna16_wgmma_x(x.data(), m, packed, xp, nullptr);
+      for (int split : {1, 2, 3, 5, 8}) {
+        const std::vector<uint16_t> poison(static_cast<size_t>(m * shape.n), 0xFFFF);
+        DeviceBuffer<uint16_t> y{std::span<const uint16_t>(poison)};
+        std::vector<uint16_t> first;
+        for (int run = 0; run < 2; ++run) {
+          detail::launch_wna16_wgmma(xp, ldx, m, packed, bias.data(), y.data(), nullptr, split);
+          LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+          const std::vector<uint16_t> bits = y.download();
+          if (run == 0) {
+            first = bits;
+            std::vector<float> out;
+            for (uint16_t v : bits) out.push_back(bf16_to_f32(v));
+            failures += check(p, out, Wna16GpuPath::WGMMA, packed.layout.padded_cols());
+          } else {
+            EXPECT_EQ(bits, first)
+                << describe(shape, m) << " split " << split << ": not deterministic";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
 // Rows beyond one dequantized slice (kWna16DequantSliceBytes): two slices, the second partial.
 TEST(Wna16Gpu, DequantGemmOverSeveralSlices) {
   if (!device_available()) GTEST_SKIP() << "no CUDA device";
@@ -485,7 +553,8 @@ TEST(Wna16Gpu, EmptyShapes) {
   const std::vector<uint16_t> bias_bits = {f32_to_bf16(1.0f), f32_to_bf16(-2.0f), f32_to_bf16(3.0f)};
   DeviceBuffer<uint16_t> bias{std::span<const uint16_t>(bias_bits)};
   DeviceBuffer<uint16_t> y(6);
-  for (Wna16GpuPath path : {Wna16GpuPath::STREAM, Wna16GpuPath::DEQUANT_GEMM}) {
+  for (Wna16GpuPath path :
+       {Wna16GpuPath::STREAM, Wna16GpuPath::DEQUANT_GEMM, Wna16GpuPath::WGMMA}) {
     EXPECT_EQ(wna16_workspace_bytes(2, packed, path), 0u);
     wna16_gemm(nullptr, 2, packed, y.data(), nullptr, 0, nullptr, bias.data(), path);
     LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -522,7 +591,7 @@ TEST(Wna16Gpu, AutoPathByRows) {
   if (!device_available()) GTEST_SKIP() << "no CUDA device";
   const Wna16GpuWeights packed = pack_wna16_for_gpu(random_weights({4, 64, 256, 128, false, false}, rng));
   // One launch of the stream kernel (m <= 32) always wins; thousands of rows (128 stream launches
-  // against one dequantization) always go to the GEMM.
+  // against one dequantization) always go to the GEMM. WGMMA is never automatic (measured slower).
   EXPECT_EQ(wna16_auto_path(1, packed), Wna16GpuPath::STREAM);
   EXPECT_EQ(wna16_auto_path(32, packed), Wna16GpuPath::STREAM);
   EXPECT_EQ(wna16_auto_path(4096, packed), Wna16GpuPath::DEQUANT_GEMM);
