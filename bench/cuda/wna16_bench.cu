@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -105,7 +106,8 @@ Wna16GpuWeights copy_of(const Wna16GpuWeights& w) {
   auto dup = [](auto& dst, const auto& src) {
     using T = std::remove_reference_t<decltype(*src.data())>;
     dst = DeviceBuffer<std::remove_const_t<T>>(src.size());
-    if (src.size()) LOWBIT_CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice));
+    if (src.size())
+      LOWBIT_CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice));
   };
   dup(c.codes, w.codes);
   dup(c.scales, w.scales);
@@ -185,7 +187,8 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
   std::vector<Wna16GpuWeights> copies;
   copies.push_back(pack_wna16_for_gpu(w));
   const size_t weight_bytes = copies[0].device_bytes();
-  while (copies.size() * weight_bytes < kRotateBytes && copies.size() < 64) copies.push_back(copy_of(copies[0]));
+  while (copies.size() * weight_bytes < kRotateBytes && copies.size() < 64)
+    copies.push_back(copy_of(copies[0]));
   const size_t bf16_bytes = static_cast<size_t>(c.n * c.k * 2);
   const size_t bf16_copies = std::max<size_t>(2, (kRotateBytes + bf16_bytes - 1) / bf16_bytes);
   std::vector<DeviceBuffer<uint16_t>> bf16_w;
@@ -198,9 +201,10 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
   std::vector<uint16_t> x_host(static_cast<size_t>(max_m * c.k));
   for (auto& v : x_host) v = lowbit::f32_to_bf16(rng.signed_value());
   DeviceBuffer<uint16_t> x{std::span<const uint16_t>(x_host)}, y(static_cast<size_t>(max_m * c.n));
-  DeviceBuffer<uint8_t> workspace(std::max({wna16_workspace_bytes(max_m, copies[0], Wna16GpuPath::DEQUANT_GEMM),
-                                            wna16_workspace_bytes(max_m, copies[0], Wna16GpuPath::STREAM),
-                                            detail::kWna16LtWorkspaceBytes}));
+  DeviceBuffer<uint8_t> workspace(
+      std::max({wna16_workspace_bytes(max_m, copies[0], Wna16GpuPath::DEQUANT_GEMM),
+                wna16_workspace_bytes(max_m, copies[0], Wna16GpuPath::STREAM),
+                detail::kWna16LtWorkspaceBytes}));
 
   // AUTO's path at each m, and the other paths from 32 rows on (to place the crossovers).
   struct Run {
@@ -224,12 +228,13 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
     const int64_t m = run.m;
     const Wna16GpuPath path = run.path;
     const double us = time_graph(stream, [&](int i) {
-      wna16_gemm(x.data(), m, copies[static_cast<size_t>(i) % copies.size()], y.data(), workspace.data(),
-                 workspace.size(), stream, nullptr, path);
+      wna16_gemm(x.data(), m, copies[static_cast<size_t>(i) % copies.size()], y.data(),
+                 workspace.data(), workspace.size(), stream, nullptr, path);
     });
     // Correctness in the same run: rows of y against double dot products of the dequantized
     // weights (all rows at m = 1, 64 sampled rows otherwise).
-    wna16_gemm(x.data(), m, copies[0], y.data(), workspace.data(), workspace.size(), stream, nullptr, path);
+    wna16_gemm(x.data(), m, copies[0], y.data(), workspace.data(), workspace.size(), stream,
+               nullptr, path);
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<uint16_t> y_host = y.download();
     std::vector<uint16_t> got;
@@ -241,7 +246,8 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
         double sum = 0;
         for (int64_t k = 0; k < c.k; ++k) {
           const int64_t g = k / group;
-          const double weight = (w.codes[static_cast<size_t>(r * c.k + k)] - w.zero(r, g)) * w.scales[static_cast<size_t>(r * groups + g)];
+          const double weight = (w.codes[static_cast<size_t>(r * c.k + k)] - w.zero(r, g)) *
+                                w.scales[static_cast<size_t>(r * groups + g)];
           sum += weight * lowbit::bf16_to_f32(x_host[static_cast<size_t>(i * c.k + k)]);
         }
         want.push_back(sum);
@@ -251,8 +257,9 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
     const double error = relative_error(got, want);
 
     const double lt_us = time_graph(stream, [&](int i) {
-      detail::lt_bf16_gemm(x.data(), c.k, m, bf16_w[static_cast<size_t>(i) % bf16_w.size()].data(), c.k, c.n, c.k,
-                           nullptr, y.data(), c.n, workspace.data(), detail::kWna16LtWorkspaceBytes, stream);
+      detail::lt_bf16_gemm(x.data(), c.k, m, bf16_w[static_cast<size_t>(i) % bf16_w.size()].data(),
+                           c.k, c.n, c.k, nullptr, y.data(), c.n, workspace.data(),
+                           detail::kWna16LtWorkspaceBytes, stream);
     });
     const double bytes = static_cast<double>(weight_bytes) + 2.0 * m * (c.k + c.n);
     const double flops = 2.0 * m * c.n * c.k;
@@ -267,42 +274,34 @@ void run_case(const Case& c, int bits, int64_t group, cudaStream_t stream, doubl
     std::fflush(stdout);
   }
 
-  // The k split (warps per block) of the stream kernel, forced, at m = 1 and 16 (x in packed
-  // order: these shapes need no gather).
+  // A forced k split against the automatic one (split 0): one line of times.
+  auto sweep = [&](const char* label, int64_t m, std::initializer_list<int> splits, auto launch) {
+    std::printf("%-8s int%d %-7s m=%-5lld %s:", c.name, bits, group == c.k ? "channel" : "g128",
+                static_cast<long long>(m), label);
+    for (int split : splits) {
+      const double us = time_graph(
+          stream, [&](int i) { launch(copies[static_cast<size_t>(i) % copies.size()], split); });
+      if (split == 0) {
+        std::printf("  auto %.2f us |", us);
+      } else {
+        std::printf("  %d: %.2f", split, us);
+      }
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  };
+  // The stream kernel's warps per block (m = 1, 16) and the block kernel's cluster size (m = 64;
+  // x in packed order: these shapes need no gather).
   for (int64_t m : {1, 16, 64}) {
-    std::printf("%-8s int%d %-7s m=%-5lld split:", c.name, bits, group == c.k ? "channel" : "g128", static_cast<long long>(m));
-    for (int split : {0, 1, 2, 4, 8, 16}) {
-      const double us = time_graph(stream, [&](int i) {
-        detail::launch_wna16_stream(x.data(), c.k, m, copies[static_cast<size_t>(i) % copies.size()], nullptr, y.data(),
-                                    stream, split);
-      });
-      if (split == 0) {
-        std::printf("  auto %.2f us |", us);
-      } else {
-        std::printf("  %d: %.2f", split, us);
-      }
-    }
-    std::printf("\n");
-    std::fflush(stdout);
+    sweep("split", m, {0, 1, 2, 4, 8, 16}, [&](const Wna16GpuWeights& w, int split) {
+      detail::launch_wna16_stream(x.data(), c.k, m, w, nullptr, y.data(), stream, split);
+    });
   }
-  // The k split (cluster size) of the wgmma kernel, forced, at m = 128.
+  // The wgmma kernel's cluster size at m = 128 (times only: x is not rewritten in its k order).
   if (detail::wna16_wgmma_available()) {
-    const int64_t m = 128;
-    std::printf("%-8s int%d %-7s m=%-5lld wgmma split:", c.name, bits,
-                group == c.k ? "channel" : "g128", static_cast<long long>(m));
-    for (int split : {0, 1, 2, 4, 8}) {
-      const double us = time_graph(stream, [&](int i) {
-        detail::launch_wna16_wgmma(x.data(), c.k, m, copies[static_cast<size_t>(i) % copies.size()],
-                                   nullptr, y.data(), stream, split);
-      });
-      if (split == 0) {
-        std::printf("  auto %.2f us |", us);
-      } else {
-        std::printf("  %d: %.2f", split, us);
-      }
-    }
-    std::printf("\n");
-    std::fflush(stdout);
+    sweep("wgmma split", 128, {0, 1, 2, 4, 8}, [&](const Wna16GpuWeights& w, int split) {
+      detail::launch_wna16_wgmma(x.data(), c.k, 128, w, nullptr, y.data(), stream, split);
+    });
   }
 }
 
@@ -320,10 +319,15 @@ int main() {
     cudaStream_t stream;
     LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const double copy_bw = copy_bandwidth(stream);
-    std::printf("%s, %d SMs; device-to-device copy %.2f TB/s (read + write); spec 4.8 TB/s, 989 TFLOP/s bf16\n",
-                props.name, props.multiProcessorCount, copy_bw * 1e-12);
-    const Case cases[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate", 14336, 4096},
-                          {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+    std::printf(
+        "%s, %d SMs; device-to-device copy %.2f TB/s (read + write); spec 4.8 TB/s, 989 TFLOP/s "
+        "bf16\n",
+        props.name, props.multiProcessorCount, copy_bw * 1e-12);
+    const Case cases[] = {{"qkv", 6144, 4096},
+                          {"o", 4096, 4096},
+                          {"gate", 14336, 4096},
+                          {"gate_up", 28672, 4096},
+                          {"down", 4096, 14336}};
     // WNA16_BENCH_ONLY=NAME runs one shape (int4 g128 only), e.g. for a profiler.
     const char* only = std::getenv("WNA16_BENCH_ONLY");
     for (const Case& c : cases) {
