@@ -78,11 +78,6 @@ void launch_wna16_wgmma_x(const uint16_t* x, int64_t m, const Wna16GpuWeights& w
 // sm_90a code (the default CMAKE_CUDA_ARCHITECTURES).
 bool wna16_wgmma_available();
 
-// Shares of k (its cluster size, 1..8) the wgmma kernel splits `units` blocks (row blocks × blocks
-// of x rows) of `chunks` chunks into, on `resident` block slots.
-int wna16_wgmma_splits(int64_t units, int64_t chunks, int64_t resident);
-constexpr int64_t kWna16WgmmaBlockTiles = 8;  // 16-row tiles of one block of the wgmma kernel
-
 // Shares of k the block kernel splits `blocks` row blocks of `chunks` chunks into (its cluster
 // size, 1..8): double while the doubled grid still fits in one wave of `resident` blocks and each
 // share keeps >= 8 chunks (a ring's ramp is ~D chunks); 8 is the portable cluster size.

@@ -43,10 +43,6 @@ Wna16KernelParams wna16_kernel_params(const uint16_t* x, int64_t ldx, int64_t m,
 void launch_wna16_block(const Wna16KernelParams& p, const Wna16GpuLayout& layout, int split_override,
                         cudaStream_t stream);
 
-// The wgmma kernel (wna16_wgmma.cu) on p.m >= 1 rows; split_override as above.
-void launch_wna16_wgmma_params(const Wna16KernelParams& p, const Wna16GpuLayout& layout,
-                               int split_override, cudaStream_t stream);
-
 __device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }

@@ -64,7 +64,6 @@ namespace {
 constexpr int kWarpGroups = 2;
 constexpr int kThreads = kWarpGroups * 128;
 constexpr int kBlockTiles = kWarpGroups * 4;  // 16-row tiles: 128 output rows per block
-static_assert(kBlockTiles == kWna16WgmmaBlockTiles, "wna16_internal.h's block size");
 constexpr int kStages = 4;    // x stages (the pipeline above needs 4)
 constexpr int kCodeRing = 4;  // chunks of codes in flight per warp, in registers
 constexpr int kPartialStride = kBlockTiles * 16 + 4;  // floats per token of the partial sums: the
@@ -451,11 +450,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-}  // namespace
-
-// The fewest waves per share of the work, each share keeping >= 8 chunks (the pipeline's ramp is
-// ~4); a split must save 10 % to be taken (its reduction and shorter pipeline cost).
-int wna16_wgmma_splits(int64_t units, int64_t chunks, int64_t resident) {
+// Shares of k (the cluster size, 1..8) for `units` blocks (row blocks × blocks of x rows) of
+// `chunks` chunks on `resident` block slots: the fewest waves per share of the work, each share
+// keeping >= 8 chunks (the pipeline's ramp is ~4); a split must save 10 % to be taken (its
+// reduction and shorter pipeline cost).
+int wgmma_splits(int64_t units, int64_t chunks, int64_t resident) {
   int best = 1;
   double best_cost = static_cast<double>((units + resident - 1) / resident);
   for (int s = 2; s <= 8 && chunks / s >= 8; ++s) {
@@ -467,8 +466,6 @@ int wna16_wgmma_splits(int64_t units, int64_t chunks, int64_t resident) {
   }
   return best;
 }
-
-namespace {
 
 // cuTensorMapEncodeTiled from the driver, found once through the runtime (no link to libcuda).
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
@@ -524,7 +521,7 @@ void launch_config(const Wna16KernelParams& p, const CUtensorMap& x_map, int spl
   }();
   const int64_t blocks = (p.tiles + kBlockTiles - 1) / kBlockTiles;
   const int64_t m_blocks = (p.m + NT - 1) / NT;
-  int splits = wna16_wgmma_splits(blocks * m_blocks, p.chunks, resident);
+  int splits = wgmma_splits(blocks * m_blocks, p.chunks, resident);
   if (split_override > 0) splits = std::min(split_override, 8);
   splits = std::max(1, std::min<int>(splits, std::max(p.chunks, 1)));
   launch_pdl_clusters(kernel,
@@ -596,12 +593,7 @@ void launch_wna16_wgmma(const uint16_t* x, int64_t ldx, int64_t m, const Wna16Gp
   LOWBIT_CHECK_AS(
       Internal, L.tiles > 0 && L.chunks > 0,
       "launch_wna16_wgmma: nothing to multiply (wna16_gemm runs the stream kernel then)");
-  launch_wna16_wgmma_params(wna16_kernel_params(x, ldx, m, w, bias, y, nullptr, nullptr), L,
-                            split_override, stream);
-}
-
-void launch_wna16_wgmma_params(const Wna16KernelParams& p, const Wna16GpuLayout& L,
-                               int split_override, cudaStream_t stream) {
+  const Wna16KernelParams p = wna16_kernel_params(x, ldx, m, w, bias, y, nullptr, nullptr);
   if (L.bits == 4) {
     launch_bits<4>(p, L.steps_per_group, split_override, stream);
   } else {
