@@ -64,8 +64,8 @@ namespace {
 constexpr int kWarpGroups = 2;
 constexpr int kThreads = kWarpGroups * 128;
 constexpr int kBlockTiles = kWarpGroups * 4;  // 16-row tiles: 128 output rows per block
-constexpr int kStages = 4;    // x stages (the pipeline above needs 4)
-constexpr int kCodeRing = 4;  // chunks of codes in flight per warp, in registers
+constexpr int kStages = 4;                    // x stages (the pipeline above needs 4)
+constexpr int kCodeRing = 4;                  // chunks of codes in flight per warp, in registers
 constexpr int kPartialStride = kBlockTiles * 16 + 4;  // floats per token of the partial sums: the
                                                       // +4 spreads a warp's stores over the banks
 
