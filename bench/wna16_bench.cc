@@ -76,6 +76,7 @@ struct Options {
   int bits = 4;
   int64_t group = 128;  // 0: per channel
   bool zeros = false;
+  bool q6k_scales = false;
   double seconds = 1.0;
   int min_calls = 3;
   double rotate_mib = 256;
@@ -93,6 +94,14 @@ kernels::IntWeights random_int_weights(const Options& o, int64_t n, int64_t k, R
   for (uint8_t& c : w.codes) c = static_cast<uint8_t>(rng.bits() >> (64 - o.bits));
   w.scales.resize(static_cast<size_t>(n * w.groups()));
   for (float& s : w.scales) s = 0.01f * std::fabs(rng.next());
+  if (o.q6k_scales) {  // GGUF Q6_K's: per 16 groups an fp16 d (11-bit significand) times int8
+    for (size_t b = 0; b < w.scales.size(); b += 16) {
+      const float d = std::ldexp(static_cast<float>(1024 + rng.bits() % 1024), -24);
+      for (size_t g = b; g < std::min(b + 16, w.scales.size()); ++g) {
+        w.scales[g] = d * static_cast<float>(static_cast<int>(rng.bits() % 256) - 128);
+      }
+    }
+  }
   if (o.zeros) {
     w.zeros.resize(w.scales.size());
     for (uint8_t& z : w.zeros) z = static_cast<uint8_t>(rng.bits() >> (64 - o.bits));
@@ -268,6 +277,9 @@ int main(int argc, char** argv) {
   app.add_option("--bits", o.bits, "weight bits (2..8)");
   app.add_option("--group", o.group, "group size (0 = per channel)");
   app.add_flag("--zeros", o.zeros, "asymmetric: random zero points");
+  app.add_flag("--q6k-scales", o.q6k_scales,
+               "scales as GGUF Q6_K stores them (fp16 d x int8 per 16 groups; --group 16 packs "
+               "the group-16 layout's compact form)");
   app.add_option("--seconds", o.seconds, "timed seconds per case");
   app.add_option("--min-calls", o.min_calls, "timed calls per case at least");
   app.add_option("--rotate-mib", o.rotate_mib, "rotate weights over copies totalling this");

@@ -234,7 +234,8 @@ void parallel(int threads, Body body) {
 }
 
 void run_streaming(Wna16Kernel kernel, const Wna16Layout& w, const float* x, int64_t m,
-                   const float* bias, float* y, bool exact = false) {
+                   const float* bias, float* y, bool exact = false, bool i16_decode = false) {
+  if (i16_decode && m == 1 && !exact) kernel = Wna16Kernel::AVX2_I16DOT;
   detail::Wna16Args args;
   args.w = &w;
   args.m = m;
@@ -477,7 +478,7 @@ void matmul_wna16_with(MatmulPath path, const float* x, int64_t m, const Wna16Pa
   const bool streaming = path == MatmulPath::STREAMING ||
                          (path == MatmulPath::AUTO && m <= streaming_max_rows(p.kernel()));
   if (streaming) {
-    run_streaming(p.kernel(), w, x, m, bias, y);
+    run_streaming(p.kernel(), w, x, m, bias, y, false, p.i16_decode());
   } else {
     run_blocked(p.kernel(), w, x, m, bias, y);
   }

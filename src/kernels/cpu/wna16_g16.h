@@ -5,13 +5,23 @@
 // keeps one byte per weight, scales included, for an LM head that llama.cpp's Q4_0 / Q8_0 files
 // store in Q6_K (0.26 GB per token on Llama-3.2-1B instead of 0.53 GB decoded to bf16).
 //
-// Layout: row after row; a row is cols / 64 units of 64 bytes (one cache line), unit u holding
-// columns 64u .. 64u + 63 (cols is padded to a multiple of 64 with zero scales):
-//   bytes  0..15  four fp32 scales, of the groups 4u .. 4u + 3
-//   bytes 16..47  lo[j] = (q[j] & 15) | (q[j + 32] & 15) << 4              (j < 32)
-//   bytes 48..63  hi[j] = q[j] >> 4 | (q[j + 16] >> 4) << 2 | (q[j + 32] >> 4) << 4
-//                         | (q[j + 48] >> 4) << 6                            (j < 16)
-// so that zero-extending lo and hi to 16-bit lanes and one select per half puts each column's
+// Layout: row after row. A unit of 64 columns, u holding columns 64u .. 64u + 63 (cols is padded
+// to whole units, or in the compact form whole super-blocks, with zero scales and codes), has 48
+// bytes of codes
+//   body  0..31  lo[j] = (q[j] & 15) | (q[j + 32] & 15) << 4              (j < 32)
+//   body 32..47  hi[j] = q[j] >> 4 | (q[j + 16] >> 4) << 2 | (q[j + 32] >> 4) << 4
+//                        | (q[j + 48] >> 4) << 6                            (j < 16)
+// and the scales of its four groups 4u .. 4u + 3 in one of two forms:
+//  - plain: a row is cols / 64 units of 64 bytes (one cache line): bytes 0..15 the four fp32
+//    scales, bytes 16..63 the body. One byte per weight.
+//  - compact (Q6_K's own form): when every scale of a super-block of 256 columns (16 groups, 4
+//    units) is an exact fp32 product d · sc_g with one fp32 d and int8 sc_g (llama.cpp's Q6_K
+//    stores fp16 d and int8 sc_g, whose fp32 product lowbit's loader forms), a row is cols / 256
+//    super-blocks of 212 bytes: bytes 0..15 sc_0 .. sc_15, bytes 16..19 d, then the 4 units'
+//    bodies. 0.83 bytes per weight (llama.cpp reads 0.82): 17 % fewer bytes per decode step of
+//    the LM head of a Q4_0 / Q8_0 file. The kernels form float(sc_g) · d, the very fp32 scale the
+//    plain form stores, so both forms give the same results bit for bit.
+// Zero-extending lo and hi to 16-bit lanes and one select per half puts each column's
 // 6-bit code in the low bits of its own lane, in column order, ready for a 64-entry table lookup
 // (vpermt2w) that yields bf16(q - z0) (wna16_g16_avx512.cc); on AVX2, a nibble mask of lo and one
 // 16-entry vpshufb of hi per 32 columns yield q - z0 as bytes (wna16_g16_avx2.cc).
@@ -30,7 +40,10 @@
 namespace lowbit::kernels::cpu::detail {
 
 constexpr int64_t kG16UnitCols = 64;
-constexpr int64_t kG16UnitBytes = 64;
+constexpr int64_t kG16UnitBytes = 64;  // plain form: 16 bytes of scales and a 48-byte body
+constexpr int64_t kG16BodyBytes = 48;
+constexpr int64_t kG16SuperUnits = 4;  // compact form: units per super-block
+constexpr int64_t kG16SuperBytes = 16 + 4 + kG16SuperUnits * kG16BodyBytes;  // 212
 // The i16-dot kernel's x scale covers this many units (128 columns, kWna16I16SegmentBlocks blocks
 // of the general layout): runs of units [2s, 2s + 2), the last one possibly a single unit.
 constexpr int64_t kG16SegmentUnits = 2;
@@ -39,8 +52,10 @@ constexpr int64_t kG16SegmentUnits = 2;
 // of x units · 64 values, zero-padded, in the form the kernel takes (one of xb, x, xq).
 struct Wna16G16Args {
   const uint8_t* data = nullptr;
-  int64_t rows = 0, units = 0;
+  int64_t rows = 0, units = 0;  // compact: units is a multiple of kG16SuperUnits
   int zero = 32;
+  bool compact = false;
+  int64_t row_bytes = 0;
   const uint16_t* xb = nullptr;  // avx512: bf16(x)
   int64_t m = 0;
   const float* bias = nullptr;
@@ -74,12 +89,15 @@ class Wna16G16Cpu final : public Wna16Packed {
   // The packed weights for the kernel's entry point (x, m, bias and y left for the caller): for
   // wna16_g16_rows_avx512, y = bf16(x) · Wᵀ (+ bias) for any m, products exact in fp32, one scale
   // product per group of 16, fp32 sums (run by matmul_wna16, wna16_dispatch.cc).
-  Wna16G16Args args() const { return {data_.data(), rows_, units_, zero_}; }
+  Wna16G16Args args() const { return {data_.data(), rows_, units_, zero_, compact_, row_bytes_}; }
+  bool compact() const { return compact_; }
 
  private:
   Wna16Kernel kernel_;
   int64_t rows_ = 0, cols_ = 0, units_ = 0;
   int zero_ = 32;  // 2^(bits - 1)
+  bool compact_ = false;
+  int64_t row_bytes_ = 0;
   std::vector<uint8_t> data_;
 };
 

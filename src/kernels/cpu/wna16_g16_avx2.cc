@@ -17,7 +17,7 @@
 //   decoded to the fp32 value ref forms, float(q - z0) · s (q - z0 exact), then FMA: equals
 //   ref::matmul_wna16 up to fp32 summation order.
 //
-// Decode of a 64-column unit (one cache line), 10 vector operations and 2 loads for 64 codes,
+// Decode of a 64-column unit's body, 10 vector operations and 2 loads for 64 codes,
 // leaving q - z0 as signed bytes, qa lane j = column j and qb lane j = column 32 + j: the low 4
 // bits are lo[j] & 15 and lo[j] >> 4; the top 2 bits come from hi broadcast to both 128-bit lanes,
 // one vpshufb of its low (high) nibble per vector through a table that differs per 128-bit lane
@@ -70,11 +70,43 @@ Decoder make_decoder(int z0) {
   return {_mm256_set1_epi8(0x0F), _mm256_load_si256(reinterpret_cast<const __m256i*>(t))};
 }
 
-// q - z0 as signed bytes: qa lane j = column j, qb lane j = column 32 + j (wna16_g16.h's unit).
+// A row's units in order: each one's 48-byte body and its four fp32 scales, in the plain form or
+// (COMPACT) the compact one, whose scales float(sc_g) · d are formed once per super-block.
+template <bool COMPACT>
+struct UnitWalk {
+  const uint8_t* row;
+  alignas(32) float scales[16];
+
+  // Unit u's body; s4: its scales. Units must be visited in increasing order, each super-block
+  // from its first unit on (every caller walks whole rows or runs of kG16SegmentUnits units).
+  inline const uint8_t* unit(int64_t u, const float*& s4) {
+    if constexpr (COMPACT) {
+      const uint8_t* super = row + (u / kG16SuperUnits) * kG16SuperBytes;
+      const int64_t q = u % kG16SuperUnits;
+      if (q == 0) {
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(super));
+        const __m256 d = _mm256_broadcast_ss(reinterpret_cast<const float*>(super + 16));
+        _mm256_store_ps(scales, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d));
+        _mm256_store_ps(
+            scales + 8,
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d));
+      }
+      s4 = scales + 4 * q;
+      return super + 20 + q * kG16BodyBytes;
+    } else {
+      const uint8_t* p = row + u * kG16UnitBytes;
+      s4 = reinterpret_cast<const float*>(p);
+      return p + 16;
+    }
+  }
+};
+
+// q - z0 as signed bytes from a unit's body: qa lane j = column j, qb lane j = column 32 + j
+// (wna16_g16.h).
 inline void decode_unit(const uint8_t* p, const Decoder& d, __m256i& qa, __m256i& qb) {
-  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   const __m256i hi =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48)));
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32)));
   // (epi16 shifts: the bits they move across bytes are masked off.)
   qa = _mm256_or_si256(_mm256_and_si256(lo, d.low4),
                        _mm256_shuffle_epi8(d.top, _mm256_and_si256(hi, d.low4)));
@@ -93,7 +125,7 @@ float sum8(__m256 v) {
 // ---- int16 x, vpmaddwd --------------------------------------------------------------------------
 
 // y[i0 + g][r] for g < G and weight rows [r0, r1).
-template <int G>
+template <int G, bool COMPACT>
 void rows_i16(const Wna16G16Args& a, const Decoder& d, int64_t r0, int64_t r1, int64_t i0) {
   constexpr int S = G <= 2 ? 2 : 1;  // run accumulators per row of x (two FMA chains at m <= 2)
   const int64_t kp = a.units * kG16UnitCols;
@@ -101,7 +133,7 @@ void rows_i16(const Wna16G16Args& a, const Decoder& d, int64_t r0, int64_t r1, i
   const __m256i pick01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
   const __m256i pick23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = a.data + r * a.units * kG16UnitBytes;
+    UnitWalk<COMPACT> walk{a.data + r * a.row_bytes, {}};
     __m256 acc[G];
     for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
     for (int64_t u0 = 0, run = 0; u0 < a.units; u0 += kG16SegmentUnits, ++run) {
@@ -111,11 +143,12 @@ void rows_i16(const Wna16G16Args& a, const Decoder& d, int64_t r0, int64_t r1, i
         for (int h = 0; h < S; ++h) part[g][h] = _mm256_setzero_ps();
       }
       for (int64_t u = u0; u < u1; ++u) {
-        const uint8_t* p = row + u * kG16UnitBytes;
+        const float* scales;
+        const uint8_t* p = walk.unit(u, scales);
         _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T1);
         __m256i qa, qb;
         decode_unit(p, d, qa, qb);
-        const __m256 s4 = _mm256_castps128_ps256(_mm_loadu_ps(reinterpret_cast<const float*>(p)));
+        const __m256 s4 = _mm256_castps128_ps256(_mm_loadu_ps(scales));
         const __m256 s01 = _mm256_permutevar8x32_ps(s4, pick01);  // groups 0 | 1
         const __m256 s23 = _mm256_permutevar8x32_ps(s4, pick23);  // groups 2 | 3
         // (q - z0) · 2^8 in 16-bit lanes, columns 0-7 | 16-23, 8-15 | 24-31, 32-39 | 48-55 and
@@ -148,18 +181,19 @@ void rows_i16(const Wna16G16Args& a, const Decoder& d, int64_t r0, int64_t r1, i
 
 // ---- fp32 x, exact weights ----------------------------------------------------------------------
 
-template <int G>
+template <int G, bool COMPACT>
 void rows_exact(const Wna16G16Args& a, const Decoder& d, int64_t r0, int64_t r1, int64_t i0) {
   constexpr int A = G <= 2 ? 4 : 2;  // accumulators per row of x
   const int64_t kp = a.units * kG16UnitCols;
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = a.data + r * a.units * kG16UnitBytes;
+    UnitWalk<COMPACT> walk{a.data + r * a.row_bytes, {}};
     __m256 acc[G][A];
     for (int g = 0; g < G; ++g) {
       for (int h = 0; h < A; ++h) acc[g][h] = _mm256_setzero_ps();
     }
     for (int64_t u = 0; u < a.units; ++u) {
-      const uint8_t* p = row + u * kG16UnitBytes;
+      const float* scales;
+      const uint8_t* p = walk.unit(u, scales);
       _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T1);
       __m256i qa, qb;
       decode_unit(p, d, qa, qb);
@@ -167,7 +201,7 @@ void rows_exact(const Wna16G16Args& a, const Decoder& d, int64_t r0, int64_t r1,
                                 _mm256_castsi256_si128(qb), _mm256_extracti128_si256(qb, 1)};
 #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q) {  // group q of the unit: columns 16q .. 16q + 15
-        const __m256 s = _mm256_broadcast_ss(reinterpret_cast<const float*>(p) + q);
+        const __m256 s = _mm256_broadcast_ss(scales + q);
         // float(q - z0) · s: the fp32 weight ref forms, (q - zero) · scale.
         const __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes[q])), s);
         const __m256 w1 =
@@ -192,7 +226,8 @@ void rows_exact(const Wna16G16Args& a, const Decoder& d, int64_t r0, int64_t r1,
 
 using RowsFn = void (*)(const Wna16G16Args&, const Decoder&, int64_t, int64_t, int64_t);
 
-void walk(const Wna16G16Args& a, int64_t row_begin, int64_t row_end, const RowsFn fns[kMaxGroup]) {
+void walk_rows(const Wna16G16Args& a, int64_t row_begin, int64_t row_end,
+               const RowsFn fns[kMaxGroup]) {
   const Decoder d = make_decoder(a.zero);
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kBlockRows) {
     const int64_t r1 = min64(row_end, r0 + kBlockRows);
@@ -205,13 +240,16 @@ void walk(const Wna16G16Args& a, int64_t row_begin, int64_t row_end, const RowsF
 }  // namespace
 
 void wna16_g16_rows_i16dot_avx2(const Wna16G16Args& a, int64_t row_begin, int64_t row_end) {
-  const RowsFn fns[kMaxGroup] = {rows_i16<1>, rows_i16<2>, rows_i16<3>};
-  walk(a, row_begin, row_end, fns);
+  const RowsFn plain[kMaxGroup] = {rows_i16<1, false>, rows_i16<2, false>, rows_i16<3, false>};
+  const RowsFn compact[kMaxGroup] = {rows_i16<1, true>, rows_i16<2, true>, rows_i16<3, true>};
+  walk_rows(a, row_begin, row_end, a.compact ? compact : plain);
 }
 
 void wna16_g16_rows_avx2(const Wna16G16Args& a, int64_t row_begin, int64_t row_end) {
-  const RowsFn fns[kMaxGroup] = {rows_exact<1>, rows_exact<2>, rows_exact<3>};
-  walk(a, row_begin, row_end, fns);
+  const RowsFn plain[kMaxGroup] = {rows_exact<1, false>, rows_exact<2, false>,
+                                   rows_exact<3, false>};
+  const RowsFn compact[kMaxGroup] = {rows_exact<1, true>, rows_exact<2, true>, rows_exact<3, true>};
+  walk_rows(a, row_begin, row_end, a.compact ? compact : plain);
 }
 
 }  // namespace lowbit::kernels::cpu::detail

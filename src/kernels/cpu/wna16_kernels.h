@@ -80,9 +80,17 @@ class Wna16PackedCpu final : public Wna16Packed {
   Wna16PackedCpu(Wna16Kernel kernel, const IntWeights& weights);
   int64_t rows() const override { return layout_.rows; }
   int64_t cols() const override { return layout_.cols; }
-  const char* kernel_name() const override { return wna16_kernel_name(kernel_); }
+  const char* kernel_name() const override {
+    return i16_decode_ ? "wna16_avx512_i16dot" : wna16_kernel_name(kernel_);
+  }
   size_t bytes() const override;
   Wna16Kernel kernel() const { return kernel_; }
+  // 5..8-bit codes packed for the bf16-dot kernel (which has no path for them): the AVX-512 kernel
+  // runs them, but one row of x (decode) takes the AVX2 i16-dot code, x quantized to int16 per run
+  // of 128 columns (finer than the bf16 rounding the bf16-dot kernel would give x): 1.2x the exact
+  // kernel's decode on Zen 5, where the exact kernel is faster from two rows on (bench/NOTES.md,
+  // session 31). kernel_name(): "wna16_avx512_i16dot".
+  bool i16_decode() const { return i16_decode_; }
   const Wna16Layout& layout() const { return layout_; }
 
  private:
@@ -91,6 +99,7 @@ class Wna16PackedCpu final : public Wna16Packed {
   void pack_scales(const IntWeights& weights);
 
   Wna16Kernel kernel_;
+  bool i16_decode_ = false;
   Wna16Layout layout_;
   std::vector<uint8_t> codes_;
   std::vector<float> scales_;

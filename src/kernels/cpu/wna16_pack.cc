@@ -61,8 +61,12 @@ void validate_int_weights(const IntWeights& w) {
 
 Wna16PackedCpu::Wna16PackedCpu(Wna16Kernel kernel, const IntWeights& w) : kernel_(kernel) {
   validate_int_weights(w);
-  // The bf16-dot kernel only has a 2..4-bit path: name what will run.
-  if (kernel_ == Wna16Kernel::AVX512_BF16DOT && w.bits > 4) kernel_ = Wna16Kernel::AVX512;
+  // The bf16-dot kernel only has a 2..4-bit path: the exact AVX-512 kernel runs wider codes, with
+  // the i16-dot decode (wna16_kernels.h: i16_decode).
+  if (kernel_ == Wna16Kernel::AVX512_BF16DOT && w.bits > 4) {
+    kernel_ = Wna16Kernel::AVX512;
+    i16_decode_ = wna16_kernel_supported(Wna16Kernel::AVX2_I16DOT);
+  }
   Wna16Layout& L = layout_;
   L.bits = w.bits;
   L.nibbles = w.bits <= 4;
