@@ -94,11 +94,15 @@ kernels::IntWeights random_int_weights(const Options& o, int64_t n, int64_t k, R
   for (uint8_t& c : w.codes) c = static_cast<uint8_t>(rng.bits() >> (64 - o.bits));
   w.scales.resize(static_cast<size_t>(n * w.groups()));
   for (float& s : w.scales) s = 0.01f * std::fabs(rng.next());
-  if (o.q6k_scales) {  // GGUF Q6_K's: per 16 groups an fp16 d (11-bit significand) times int8
-    for (size_t b = 0; b < w.scales.size(); b += 16) {
-      const float d = std::ldexp(static_cast<float>(1024 + rng.bits() % 1024), -24);
-      for (size_t g = b; g < std::min(b + 16, w.scales.size()); ++g) {
-        w.scales[g] = d * static_cast<float>(static_cast<int>(rng.bits() % 256) - 128);
+  if (o.q6k_scales) {  // GGUF Q6_K's: per row and 16 groups an fp16 d (11-bit significand) x int8
+    const int64_t groups = w.groups();
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+        const float d = std::ldexp(static_cast<float>(1024 + rng.bits() % 1024), -24);
+        for (int64_t g = g0; g < std::min(g0 + 16, groups); ++g) {
+          w.scales[static_cast<size_t>(r * groups + g)] =
+              d * static_cast<float>(static_cast<int>(rng.bits() % 256) - 128);
+        }
       }
     }
   }

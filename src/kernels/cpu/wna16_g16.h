@@ -44,6 +44,11 @@ constexpr int64_t kG16UnitBytes = 64;  // plain form: 16 bytes of scales and a 4
 constexpr int64_t kG16BodyBytes = 48;
 constexpr int64_t kG16SuperUnits = 4;  // compact form: units per super-block
 constexpr int64_t kG16SuperBytes = 16 + 4 + kG16SuperUnits * kG16BodyBytes;  // 212
+
+// Bytes of one packed row of `units` units (compact: a multiple of kG16SuperUnits).
+constexpr int64_t g16_row_bytes(int64_t units, bool compact) {
+  return compact ? units / kG16SuperUnits * kG16SuperBytes : units * kG16UnitBytes;
+}
 // The i16-dot kernel's x scale covers this many units (128 columns, kWna16I16SegmentBlocks blocks
 // of the general layout): runs of units [2s, 2s + 2), the last one possibly a single unit.
 constexpr int64_t kG16SegmentUnits = 2;
@@ -55,7 +60,7 @@ struct Wna16G16Args {
   int64_t rows = 0, units = 0;  // compact: units is a multiple of kG16SuperUnits
   int zero = 32;
   bool compact = false;
-  int64_t row_bytes = 0;
+  int64_t row_bytes = 0;         // g16_row_bytes(units, compact)
   const uint16_t* xb = nullptr;  // avx512: bf16(x)
   int64_t m = 0;
   const float* bias = nullptr;
@@ -89,7 +94,9 @@ class Wna16G16Cpu final : public Wna16Packed {
   // The packed weights for the kernel's entry point (x, m, bias and y left for the caller): for
   // wna16_g16_rows_avx512, y = bf16(x) · Wᵀ (+ bias) for any m, products exact in fp32, one scale
   // product per group of 16, fp32 sums (run by matmul_wna16, wna16_dispatch.cc).
-  Wna16G16Args args() const { return {data_.data(), rows_, units_, zero_, compact_, row_bytes_}; }
+  Wna16G16Args args() const {
+    return {data_.data(), rows_, units_, zero_, compact_, g16_row_bytes(units_, compact_)};
+  }
   bool compact() const { return compact_; }
 
  private:
@@ -97,7 +104,6 @@ class Wna16G16Cpu final : public Wna16Packed {
   int64_t rows_ = 0, cols_ = 0, units_ = 0;
   int zero_ = 32;  // 2^(bits - 1)
   bool compact_ = false;
-  int64_t row_bytes_ = 0;
   std::vector<uint8_t> data_;
 };
 

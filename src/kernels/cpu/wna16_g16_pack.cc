@@ -96,11 +96,11 @@ Wna16G16Cpu::Wna16G16Cpu(Wna16Kernel kernel, const IntWeights& w) : kernel_(kern
     }
   }
   units_ = compact_ ? supers * kG16SuperUnits : (cols_ + kG16UnitCols - 1) / kG16UnitCols;
-  row_bytes_ = compact_ ? supers * kG16SuperBytes : units_ * kG16UnitBytes;
-  data_.assign(static_cast<size_t>(rows_ * row_bytes_), 0);
+  const int64_t row_bytes = g16_row_bytes(units_, compact_);
+  data_.assign(static_cast<size_t>(rows_ * row_bytes), 0);
   uint8_t q[kG16UnitCols];
   for (int64_t r = 0; r < rows_; ++r) {
-    uint8_t* row = data_.data() + r * row_bytes_;
+    uint8_t* row = data_.data() + r * row_bytes;
     for (int64_t u = 0; u < units_; ++u) {
       for (int64_t j = 0; j < kG16UnitCols; ++j) {
         const int64_t c = u * kG16UnitCols + j;
