@@ -15,6 +15,10 @@ namespace lowbit::quant::json_util {
 
 // pydantic's lax int: an integer, or a float with no fractional part (8.0).
 inline int64_t get_int(const nlohmann::json& v, const std::string& where) {
+  // An unsigned above INT64_MAX would wrap (2^64 - 1 to -1, group_size's "channel").
+  if (v.is_number_unsigned())
+    LOWBIT_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+                 where + ": out of range, got " + v.dump());
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();

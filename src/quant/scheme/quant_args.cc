@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 
 #include "lowbit/error.h"
@@ -116,8 +117,11 @@ void parse_block_structure(const nlohmann::json& v, QuantArgs* a, const std::str
     const size_t x = s.find('x');
     LOWBIT_CHECK(x != std::string::npos, bad);
     for (const std::string& part : {s.substr(0, x), s.substr(x + 1)}) {
-      LOWBIT_CHECK(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos, bad);
-      dims.push_back(std::stoll(part));
+      int64_t dim = 0;
+      const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), dim);
+      // from_chars also refuses a sign and a number past int64 (std::stoll threw out_of_range).
+      LOWBIT_CHECK(!part.empty() && ec == std::errc() && end == part.data() + part.size(), bad);
+      dims.push_back(dim);
     }
   } else {
     LOWBIT_CHECK(v.is_array() && v.size() == 2, bad);
@@ -154,7 +158,10 @@ void parse_field(const std::string& key, const nlohmann::json& v, QuantArgs* a, 
                  bool* has_zp_dtype, const std::string& where) {
   const std::string at = where + "." + key;
   if (key == "num_bits") {
-    a->num_bits = static_cast<int>(json_util::get_int(v, at));
+    const int64_t bits = json_util::get_int(v, at);
+    // Checked before the narrowing: 2^32 + 8 must not pass as 8.
+    LOWBIT_CHECK(bits >= 1 && bits <= 32, at + ": out of range (1 to 32), got " + v.dump());
+    a->num_bits = static_cast<int>(bits);
   } else if (key == "type") {
     LOWBIT_CHECK(v.is_string(), at + ": expected \"int\" or \"float\", got " + v.dump());
     const std::string t = lower(v.get<std::string>());

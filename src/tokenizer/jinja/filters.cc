@@ -1,9 +1,11 @@
 // The filters with more than a line of logic, jinja2 3.1 semantics (filters.py); the name table
 // is in filter_table.cc.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "tokenizer/jinja/filter_helpers.h"
 #include "tokenizer/jinja/json_value.h"
@@ -21,7 +23,15 @@ std::function<Value(const Value&)> attr_getter(const Value& attribute, const Val
       const std::string& s = p.as_string();
       bool digits = !s.empty() &&
                     std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-      parts.push_back(digits ? Value(static_cast<int64_t>(std::stoll(s))) : p);
+      if (!digits) {
+        parts.push_back(p);
+        continue;
+      }
+      // Jinja looks a digit part up as an int. One past int64 can index no list and match no key
+      // (template data keys are strings), as in Python, so it becomes INT64_MAX, not an exception.
+      int64_t index = std::numeric_limits<int64_t>::max();
+      std::from_chars(s.data(), s.data() + s.size(), index);
+      parts.push_back(Value(index));
     }
   } else if (!attribute.is_none()) {
     parts.push_back(attribute);

@@ -1,5 +1,6 @@
 // Attribute and item lookup, and the Python methods of str, dict and list that templates call.
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "tokenizer/jinja/builtins.h"
@@ -129,7 +130,11 @@ Value format_method(const Value& self, const CallArgs& args) {
     const Value* v = nullptr;
     if (field.empty() ||
         std::all_of(field.begin(), field.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      size_t idx = field.empty() ? auto_index++ : std::stoul(field);
+      size_t idx = auto_index;
+      if (field.empty())
+        ++auto_index;
+      else if (std::from_chars(field.data(), field.data() + field.size(), idx).ec != std::errc())
+        fail("ValueError: Too many decimal digits in format string");  // Python's words
       if (idx >= args.positional.size())
         fail("IndexError: Replacement index " + std::to_string(idx) + " out of range");
       v = &args.positional[idx];

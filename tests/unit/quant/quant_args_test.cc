@@ -88,6 +88,30 @@ TEST(QuantArgs, ErrorsNameTheFileAndField) {
             std::string::npos);  // asymmetric FP4 (CT fails later, in calculate_qparams)
 }
 
+// Numbers wider than the fields: errors naming the field, never a wrap-around or an escaping
+// std::out_of_range (the recipe fuzzer found `block_structure: 128x<20 digits>` aborting).
+TEST(QuantArgs, OversizedNumbersAreErrors) {
+  const std::string huge = "99999999999999999999";
+  EXPECT_NE(
+      error_of(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": "128x)" +
+               huge + R"("})")
+          .find(".block_structure"),
+      std::string::npos);
+  // 2^32 + 8 would narrow to 8 in an int.
+  EXPECT_NE(error_of(R"({"num_bits": 4294967304})").find(".num_bits"), std::string::npos);
+  EXPECT_NE(error_of(R"({"num_bits": 33})").find(".num_bits"), std::string::npos);
+  // 2^64 - 1 would wrap to -1 (strategy channel) in an int64.
+  EXPECT_NE(error_of(R"({"num_bits": 4, "group_size": 18446744073709551615})").find(".group_size"),
+            std::string::npos);
+  // The legacy string form still reads.
+  const QuantArgs a = parse_quant_args(
+      nlohmann::json::parse(
+          R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": "128x64"})"),
+      "w");
+  EXPECT_EQ(a.block_rows, 128);
+  EXPECT_EQ(a.block_cols, 64);
+}
+
 TEST(QuantArgs, LegacyActorderGroupIsRead) {
   // compressed-tensors 0.19 rejects it; older checkpoints carry it (with weight_g_idx).
   const QuantArgs a = parse_quant_args(
