@@ -10,9 +10,12 @@
 //   which wastes up to half the score work on the diagonal blocks but keeps one fast kernel.
 // Both read the cache through a block table (attention_paged); the contiguous attention() is the
 // one-block case of the same code, so paged and contiguous results are bit-identical.
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -241,13 +244,30 @@ void attention_paged(const float* q, const KvPages& kv, const AttentionShape& sh
     attention_direct(q, kv, shape, table, out);
     return;
   }
-  thread_local BlockBuffers buffers;
-  for (int g = 0; g < shape.kv_heads; ++g) {
-    for (int64_t i0 = 0; i0 < shape.queries; i0 += kQueryBlock) {
-      const int64_t i1 = std::min(shape.queries, i0 + kQueryBlock);
+  // Items (KV head, query block), the last blocks first: causal blocks cost more the later they
+  // sit, so the dynamic schedule hands out the long ones first. With at least two items per
+  // thread each item runs on one thread (its matmuls and softmax see omp_in_parallel() and stay
+  // serial): one parallel region per call instead of three per item, whose thread wake-ups cost
+  // more than the small products (a 512-token prompt: 48 regions per layer). Fewer items keep
+  // the parallelism inside the products. Either way each item computes the same values.
+  const int64_t blocks = (shape.queries + kQueryBlock - 1) / kQueryBlock;
+  const int64_t items = shape.kv_heads * blocks;
+  const bool per_item = !omp_in_parallel() && items >= 2 * int64_t{omp_get_max_threads()};
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) if (per_item)
+  for (int64_t item = 0; item < items; ++item) {
+    thread_local BlockBuffers buffers;
+    const int g = static_cast<int>(item % shape.kv_heads);
+    const int64_t i0 = (blocks - 1 - item / shape.kv_heads) * kQueryBlock;
+    const int64_t i1 = std::min(shape.queries, i0 + kQueryBlock);
+    try {
       attention_block(q, kv, shape, table, g, i0, i1, buffers, out);
+    } catch (...) {  // scratch allocation: rethrown below, not std::terminate in the region
+#pragma omp critical(lowbit_attention_error)
+      error = std::current_exception();
     }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,

@@ -4,8 +4,10 @@
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -101,6 +103,40 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{50, 10, 4, 2, 16, 7},    // prefill in a sliding window
                       AttentionCase{200, 100, 2, 1, 48, 33}  // blocks, window and prefix
                       ));
+
+// Prefill attention runs its (KV head, query block) items in parallel when there are at least two
+// per thread, and parallelizes inside the products otherwise; each item computes the same values
+// either way, so the thread count changes no bit. 1 thread: the serial path; 2: items (8 of them
+// here); 16: fewer items than 2 per thread, the products' own threads.
+TEST(AttentionTest, PrefillBitsDoNotDependOnTheThreadCount) {
+  AttentionShape s;
+  s.queries = 250;
+  s.past = 30;
+  s.heads = 6;
+  s.kv_heads = 2;
+  s.head_dim = 64;
+  s.window = 0;
+  s.scale = 0.125f;
+  const int64_t total = s.past + s.queries;
+  const auto q = random_vector(static_cast<size_t>(s.queries * 6 * 64), 11, 2.0f);
+  const auto k = random_vector(static_cast<size_t>(total * 2 * 64), 12, 2.0f);
+  const auto v = random_vector(static_cast<size_t>(total * 2 * 64), 13);
+  const int saved = omp_get_max_threads();
+  std::vector<std::vector<float>> outs;
+  for (int threads : {1, 2, 16}) {
+    omp_set_num_threads(threads);
+    outs.emplace_back(q.size(), -7.0f);
+    attention(q.data(), k.data(), v.data(), s, outs.back().data());
+  }
+  omp_set_num_threads(saved);
+  const std::vector<double> expected = reference_attention(q, k, v, s);
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i)
+    worst = std::max(worst, std::fabs(outs[0][i] - expected[i]));
+  EXPECT_LT(worst, 2e-5);  // as MatchesDoubleReference: convex combinations, <= 280 keys
+  for (size_t t = 1; t < outs.size(); ++t)
+    EXPECT_EQ(std::memcmp(outs[t].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0) << t;
+}
 
 // Every ISA build of the decode kernel this CPU can run, against the double reference.
 TEST(GroupAttentionTest, EveryIsaVariantMatchesReference) {
