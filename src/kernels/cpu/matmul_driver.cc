@@ -67,13 +67,17 @@ void run_blocked(const MatmulArgs& args, const BlockedKernel& kernel) {
   if (kernel.nc % kernel.nr != 0) throw Internal("matmul: nc is not a multiple of nr");
   const int threads = matmul_thread_count(args.m, args.n, args.k);
   // Split W's rows when every thread gets at least one panel (each weight decoded once overall);
-  // otherwise split x's rows (each thread decodes all of the few weights).
-  const bool split_n = (args.n + kernel.nr - 1) / kernel.nr >= threads;
+  // otherwise split x's rows (each thread decodes all of the few weights). Under the W split every
+  // thread packs all of x, so x's rows are split too when x is much taller than W is wide (m >= 4n:
+  // a calibration pass over 64k tokens packed 100 MB of x per thread and product); then W's
+  // packing is the one repeated, the smaller even for decoded weights. Both splits give each
+  // output the same arithmetic.
+  const bool split_n = (args.n + kernel.nr - 1) / kernel.nr >= threads && args.m < 4 * args.n;
   parallel(threads, [&](int t, int count) {
     if (split_n) {
       blocked_share(args, kernel, Range{0, args.m}, split_range(args.n, count, t, kernel.nr));
     } else {
-      blocked_share(args, kernel, split_range(args.m, count, t, 1), Range{0, args.n});
+      blocked_share(args, kernel, split_range(args.m, count, t, kernel.mr), Range{0, args.n});
     }
   });
 }
