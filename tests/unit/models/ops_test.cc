@@ -66,10 +66,8 @@ struct AttentionCase {
   int64_t window;
 };
 
-class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
-
-TEST_P(AttentionTest, MatchesDoubleReference) {
-  const AttentionCase c = GetParam();
+// The kernel's shape of a case, scores scaled by 1/sqrt(head_dim) as the models do.
+AttentionShape shape_of(const AttentionCase& c) {
   AttentionShape s;
   s.queries = c.queries;
   s.past = c.past;
@@ -78,6 +76,14 @@ TEST_P(AttentionTest, MatchesDoubleReference) {
   s.head_dim = c.head_dim;
   s.window = c.window;
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  return s;
+}
+
+class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(AttentionTest, MatchesDoubleReference) {
+  const AttentionCase c = GetParam();
+  const AttentionShape s = shape_of(c);
   const int64_t total = c.past + c.queries;
   const auto q = random_vector(static_cast<size_t>(c.queries * c.heads * c.head_dim), 1, 2.0f);
   const auto k = random_vector(static_cast<size_t>(total * c.kv_heads * c.head_dim), 2, 2.0f);
@@ -109,14 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
 // either way, so the thread count changes no bit. 1 thread: the serial path; 2: items (8 of them
 // here); 16: fewer items than 2 per thread, the products' own threads.
 TEST(AttentionTest, PrefillBitsDoNotDependOnTheThreadCount) {
-  AttentionShape s;
-  s.queries = 250;
-  s.past = 30;
-  s.heads = 6;
-  s.kv_heads = 2;
-  s.head_dim = 64;
-  s.window = 0;
-  s.scale = 0.125f;
+  const AttentionShape s = shape_of(AttentionCase{250, 30, 6, 2, 64, 0});
   const int64_t total = s.past + s.queries;
   const auto q = random_vector(static_cast<size_t>(s.queries * 6 * 64), 11, 2.0f);
   const auto k = random_vector(static_cast<size_t>(total * 2 * 64), 12, 2.0f);
@@ -140,14 +139,7 @@ TEST(AttentionTest, PrefillBitsDoNotDependOnTheThreadCount) {
 
 // Every ISA build of the decode kernel this CPU can run, against the double reference.
 TEST(GroupAttentionTest, EveryIsaVariantMatchesReference) {
-  AttentionShape s;
-  s.queries = 1;
-  s.past = 70;
-  s.heads = 8;
-  s.kv_heads = 2;
-  s.head_dim = 64;
-  s.window = 0;
-  s.scale = 0.125f;
+  const AttentionShape s = shape_of(AttentionCase{1, 70, 8, 2, 64, 0});
   const int64_t total = s.past + 1;
   const auto q = random_vector(8 * 64, 7, 2.0f);
   const auto k = random_vector(static_cast<size_t>(total * 2 * 64), 8, 2.0f);
