@@ -7,6 +7,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 
 #include "lowbit/error.h"
 #include "quant/scheme/json_util.h"
@@ -130,7 +131,12 @@ void parse_block_structure(const nlohmann::json& v, QuantArgs* a, const std::str
       dims.push_back(d.get<int64_t>());
     }
   }
-  LOWBIT_CHECK(dims.size() == 2 && dims[0] > 0 && dims[1] > 0, bad);
+  // Up to INT32_MAX: a block is at most a weight matrix, and a larger number from the legacy
+  // string form could not be written back as the list form reads it (YAML holds ints below 2^53).
+  constexpr int64_t kMaxDim = INT32_MAX;
+  LOWBIT_CHECK(
+      dims.size() == 2 && dims[0] > 0 && dims[1] > 0 && dims[0] <= kMaxDim && dims[1] <= kMaxDim,
+      bad);
   a->block_rows = dims[0];
   a->block_cols = dims[1];
 }

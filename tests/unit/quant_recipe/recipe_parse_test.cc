@@ -189,6 +189,11 @@ TEST(RecipeParseTest, ErrorsNameFileLineModifierAndField) {
       {"    GPTQModifier: {scheme: W4A16, blocksize: 64}\n", "blocksize: unknown argument (GPTQModifier takes block_size"},
       {"    GPTQModifier: {scheme: W4A16, block_size: 0}\n", "block_size: must be a positive integer, got 0"},
       {"    GPTQModifier: {scheme: W4A16, block_size: 12.5}\n", "block_size: expected an integer, got 12.5"},
+      // Past 2^53 a written integer would not read back exactly (the recipe fuzzer's round trip).
+      {"    GPTQModifier: {scheme: W4A16, block_size: \"99999999999999999\"}\n", "block_size: expected an integer"},
+      {"    GPTQModifier:\n      config_groups:\n        g:\n          targets: [Linear]\n"
+       "          weights: {num_bits: 8, type: float, strategy: block, block_structure: 128x9999999999999999}\n",
+       "invalid block_structure"},
       {"    GPTQModifier: {scheme: W4A16, dampening_frac: null}\n", "dampening_frac: must be a number"},
       {"    GPTQModifier: {scheme: W4A16, actorder: sideways}\n", "actorder: expected static, weight, group"},
       {"    GPTQModifier: {scheme: W4A16, batched_quantization: true}\n", "batched_quantization: expected \"auto\""},
