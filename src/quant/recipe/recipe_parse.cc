@@ -50,12 +50,10 @@ bool get_bool(const Ctx& c, const YamlValue& v, const std::string& f) {
   c.fail(v, f, "expected true or false, got " + v.describe());
 }
 
-constexpr int64_t kExactLimit = int64_t{1} << 53;  // integers a double (and so YAML) holds exactly
-
 int64_t get_int(const Ctx& c, const YamlValue& v, const std::string& f) {
   if (v.kind_ == Kind::Int) return v.int_;
   if (v.kind_ == Kind::Float && std::isfinite(v.float_) && v.float_ == std::floor(v.float_) &&
-      std::fabs(v.float_) < static_cast<double>(kExactLimit))
+      std::fabs(v.float_) < static_cast<double>(detail::kExactIntLimit))
     return static_cast<int64_t>(v.float_);
   if (v.kind_ == Kind::String) {
     const std::string& s = v.text_;
@@ -64,8 +62,8 @@ int64_t get_int(const Ctx& c, const YamlValue& v, const std::string& f) {
     auto [end, ec] = std::from_chars(s.data() + start, s.data() + s.size(), out);
     // The bound of the other forms (|v| < 2^53): recipe_to_yaml writes a plain integer, which a
     // YAML reader takes exactly only below it, so a larger one would not read back as written.
-    if (ec == std::errc() && end == s.data() + s.size() && start < s.size() && out > -kExactLimit &&
-        out < kExactLimit)
+    if (ec == std::errc() && end == s.data() + s.size() && start < s.size() &&
+        out > -detail::kExactIntLimit && out < detail::kExactIntLimit)
       return out;
   }
   c.fail(v, f, "expected an integer, got " + v.describe());

@@ -126,7 +126,7 @@ void set_int(std::string_view text, YamlValue& out) {
   if (negative) out.float_ = -out.float_;
   // Exactly representable integers (|v| < 2^53) become Int; larger ones stay approximate floats,
   // which integer fields then reject as out of range.
-  if (std::fabs(out.float_) < 9007199254740992.0) {
+  if (std::fabs(out.float_) < static_cast<double>(kExactIntLimit)) {
     out.kind_ = YamlValue::Kind::Int;
     out.int_ = static_cast<int64_t>(out.float_);
   }

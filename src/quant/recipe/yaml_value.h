@@ -13,6 +13,10 @@
 
 namespace lowbit::quant::detail {
 
+// Integers below this magnitude are held exactly by a double, hence typed Int by the resolver and
+// written back unchanged; larger ones stay approximate floats.
+constexpr int64_t kExactIntLimit = int64_t{1} << 53;
+
 struct YamlValue {
   // Sentinel: llm-compressor's "argument not provided" marker (`!!python/object/apply:...Sentinel`);
   // text_ holds its name ("not_provided").

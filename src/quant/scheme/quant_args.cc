@@ -165,8 +165,8 @@ void parse_field(const std::string& key, const nlohmann::json& v, QuantArgs* a, 
   const std::string at = where + "." + key;
   if (key == "num_bits") {
     const int64_t bits = json_util::get_int(v, at);
-    // Checked before the narrowing: 2^32 + 8 must not pass as 8.
-    LOWBIT_CHECK(bits >= 1 && bits <= 32, at + ": out of range (1 to 32), got " + v.dump());
+    // Only the narrowing is checked here (2^32 + 8 must not pass as 8); validate() owns the range.
+    LOWBIT_CHECK(bits >= INT32_MIN && bits <= INT32_MAX, at + ": out of range, got " + v.dump());
     a->num_bits = static_cast<int>(bits);
   } else if (key == "type") {
     LOWBIT_CHECK(v.is_string(), at + ": expected \"int\" or \"float\", got " + v.dump());
