@@ -36,4 +36,9 @@ void group_attention_avx512(const GroupAttentionArgs& args);
 // The best of the above for this CPU.
 GroupAttentionFn group_attention_kernel();
 
+// The prefill path's softmax of one score row, in place (attention.cc): softmax_row's arithmetic
+// with the sum of the exponentials in index order, as the scalar loop of the baseline build runs
+// it, and SIMD only where that changes no rounding.
+void prefill_softmax_row(float* row, int64_t n);
+
 }  // namespace lowbit::kernels::detail

@@ -109,8 +109,11 @@ double mse(const std::vector<float>& a, const std::vector<float>& b) {
   return a.empty() ? 0.0 : sum / static_cast<double>(a.size());
 }
 
-// Runs the parent module of a mapping over all captured inputs: [tokens, out].
-using ParentForward = std::function<std::vector<float>(const std::vector<models::Linear*>&)>;
+// Runs the parent module of a mapping over all captured inputs into `out` ([tokens, out]; resized
+// by the callee). The search calls it once per grid point with the same `out`, so its hundreds of
+// megabytes are allocated (and page-faulted in) once per mapping, not per candidate.
+using ParentForward =
+    std::function<void(const std::vector<models::Linear*>&, std::vector<float>& out)>;
 
 // One AWQ mapping: search the scales with the parent's output MSE, then fold them in.
 void awq_mapping(const SmoothingContext& ctx, const AwqStep& step, const QuantArgs& args,
@@ -123,7 +126,8 @@ void awq_mapping(const SmoothingContext& ctx, const AwqStep& step, const QuantAr
   std::vector<BalanceWeight> views;
   for (models::Linear* l : balance) weights.push_back(weight_to_f32(*l));
   for (size_t i = 0; i < balance.size(); ++i) views.push_back(view(weights[i], *balance[i]));
-  const std::vector<float> reference = parent(balance);
+  std::vector<float> reference, candidate_out;
+  parent(balance, reference);
   // Candidate weights live in copies of the balance Linears, so the model is untouched.
   std::vector<models::Linear> candidates;
   for (models::Linear* l : balance) candidates.push_back(*l);
@@ -133,7 +137,8 @@ void awq_mapping(const SmoothingContext& ctx, const AwqStep& step, const QuantAr
     for (size_t i = 0; i < balance.size(); ++i) {
       set_weight(candidates[i], quantize_scaled(views[i], s, args, ctx.compute), ctx.compute);
     }
-    return mse(reference, parent(candidate_ptrs));
+    parent(candidate_ptrs, candidate_out);
+    return mse(reference, candidate_out);
   };
   const AwqResult r = awq_search(mean.mean(), views, args, step.options, loss, ctx.compute);
   log_info(name + ": AWQ best ratio " + std::to_string(r.best_ratio) + ", loss " +
@@ -167,60 +172,60 @@ void awq_layer(const SmoothingContext& ctx, const AwqStep& step, const QuantArgs
   }
   const int64_t hidden = ctx.model->config().hidden_size;
   // input_layernorm → q, k, v; parent: the attention block, sample by sample.
-  awq_mapping(ctx, step, args, attn_in, {&w.attention.q, &w.attention.k, &w.attention.v},
-              [&](const std::vector<models::Linear*>& qkv) {
-                models::AttentionWeights a = w.attention;
-                a.q = *qkv[0];
-                a.k = *qkv[1];
-                a.v = *qkv[2];
-                std::vector<float> out(attn_in.x.size());
-                int64_t offset = 0;
-                for (int64_t n : attn_in.lengths) {
-                  runner.run_attention(a, w.sliding_window, n, attn_in.x.data() + offset * hidden,
-                                       out.data() + offset * hidden);
-                  offset += n;
-                }
-                return out;
-              },
-              [&](const std::vector<double>& s) { divide_norm(w.input_norm, s, ctx.compute); },
-              prefix + "input_layernorm");
+  awq_mapping(
+      ctx, step, args, attn_in, {&w.attention.q, &w.attention.k, &w.attention.v},
+      [&](const std::vector<models::Linear*>& qkv, std::vector<float>& out) {
+        models::AttentionWeights a = w.attention;
+        a.q = *qkv[0];
+        a.k = *qkv[1];
+        a.v = *qkv[2];
+        out.resize(attn_in.x.size());
+        int64_t offset = 0;
+        for (int64_t n : attn_in.lengths) {
+          runner.run_attention(a, w.sliding_window, n, attn_in.x.data() + offset * hidden,
+                               out.data() + offset * hidden);
+          offset += n;
+        }
+      },
+      [&](const std::vector<double>& s) { divide_norm(w.input_norm, s, ctx.compute); },
+      prefix + "input_layernorm");
   // v_proj → o_proj only when v's outputs are exactly o's inputs (no GQA).
   if (w.attention.v.out_features() == w.attention.o.in_features()) {
-    awq_mapping(ctx, step, args, o_in, {&w.attention.o},
-                [&](const std::vector<models::Linear*>& o) {
-                  const int64_t tokens = static_cast<int64_t>(o_in.x.size()) / o_in.cols;
-                  std::vector<float> out(static_cast<size_t>(tokens * o[0]->out_features()));
-                  o[0]->apply(o_in.x.data(), tokens, out.data());
-                  return out;
-                },
-                [&](const std::vector<double>& s) { divide_rows(w.attention.v, s, ctx.compute); },
-                prefix + "v_proj");
+    awq_mapping(
+        ctx, step, args, o_in, {&w.attention.o},
+        [&](const std::vector<models::Linear*>& o, std::vector<float>& out) {
+          const int64_t tokens = static_cast<int64_t>(o_in.x.size()) / o_in.cols;
+          out.resize(static_cast<size_t>(tokens * o[0]->out_features()));
+          o[0]->apply(o_in.x.data(), tokens, out.data());
+        },
+        [&](const std::vector<double>& s) { divide_rows(w.attention.v, s, ctx.compute); },
+        prefix + "v_proj");
   }
   // post_attention_layernorm → gate, up; parent: the MLP.
-  awq_mapping(ctx, step, args, mlp_in, {&w.mlp.gate, &w.mlp.up},
-              [&](const std::vector<models::Linear*>& gu) {
-                models::MlpWeights m = w.mlp;
-                m.gate = *gu[0];
-                m.up = *gu[1];
-                const int64_t tokens = static_cast<int64_t>(mlp_in.x.size()) / hidden;
-                std::vector<float> out(static_cast<size_t>(tokens * hidden));
-                models::MlpScratch scratch;
-                models::mlp_forward(m, ctx.model->config().activation, mlp_in.x.data(), tokens,
-                                    scratch, out.data());
-                return out;
-              },
-              [&](const std::vector<double>& s) { divide_norm(w.post_attention_norm, s, ctx.compute); },
-              prefix + "post_attention_layernorm");
+  models::MlpScratch mlp_scratch;  // kept across the grid points, like the outputs
+  awq_mapping(
+      ctx, step, args, mlp_in, {&w.mlp.gate, &w.mlp.up},
+      [&](const std::vector<models::Linear*>& gu, std::vector<float>& out) {
+        models::MlpWeights m = w.mlp;
+        m.gate = *gu[0];
+        m.up = *gu[1];
+        const int64_t tokens = static_cast<int64_t>(mlp_in.x.size()) / hidden;
+        out.resize(static_cast<size_t>(tokens * hidden));
+        models::mlp_forward(m, ctx.model->config().activation, mlp_in.x.data(), tokens, mlp_scratch,
+                            out.data());
+      },
+      [&](const std::vector<double>& s) { divide_norm(w.post_attention_norm, s, ctx.compute); },
+      prefix + "post_attention_layernorm");
   // up_proj → down_proj; parent: down_proj itself.
-  awq_mapping(ctx, step, args, down_in, {&w.mlp.down},
-              [&](const std::vector<models::Linear*>& d) {
-                const int64_t tokens = static_cast<int64_t>(down_in.x.size()) / down_in.cols;
-                std::vector<float> out(static_cast<size_t>(tokens * d[0]->out_features()));
-                d[0]->apply(down_in.x.data(), tokens, out.data());
-                return out;
-              },
-              [&](const std::vector<double>& s) { divide_rows(w.mlp.up, s, ctx.compute); },
-              prefix + "up_proj");
+  awq_mapping(
+      ctx, step, args, down_in, {&w.mlp.down},
+      [&](const std::vector<models::Linear*>& d, std::vector<float>& out) {
+        const int64_t tokens = static_cast<int64_t>(down_in.x.size()) / down_in.cols;
+        out.resize(static_cast<size_t>(tokens * d[0]->out_features()));
+        d[0]->apply(down_in.x.data(), tokens, out.data());
+      },
+      [&](const std::vector<double>& s) { divide_rows(w.mlp.up, s, ctx.compute); },
+      prefix + "up_proj");
   run_layer_over_cache(runner, w, cache, true);
 }
 

@@ -22,6 +22,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/ops.h"
 #include "kernels/ref/attention_group.h"
+#include "kernels/ref/attention_group_impl.h"
 
 namespace lowbit::kernels {
 namespace {
@@ -192,6 +193,47 @@ TEST(AttentionPagedTest, EveryIsaGroupKernelPagesBitIdentically) {
         EXPECT_TRUE(bitwise_equal(out, expected)) << name << " lo " << lo << " head " << g;
       }
     }
+  }
+}
+
+// The prefill path's softmax is the baseline build's scalar loop made SIMD where no rounding
+// changes: bitwise the plain definition (running maximum from -inf with NaN skipped, then row[0];
+// exp_approx; the sum in index order; one reciprocal), on every length 1..70 (vector body and
+// tail) and on rows with a NaN first, in the middle, or everywhere and with scores below exp's
+// clamp at -87. No tolerance: the prefill's bits are what the quantizer tests' perplexities pin.
+TEST(AttentionPagedTest, PrefillSoftmaxMatchesTheScalarBits) {
+  auto scalar = [](std::vector<float> row) {
+    float max_score = -std::numeric_limits<float>::infinity();
+    for (float v : row) max_score = v > max_score ? v : max_score;
+    max_score = row[0] > max_score ? row[0] : max_score;
+    float sum = 0.0f;
+    for (float& v : row) {
+      v = detail::exp_approx(v - max_score);
+      sum += v;
+    }
+    const float inv = 1.0f / sum;
+    for (float& v : row) v *= inv;
+    return row;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> rows;
+  for (size_t n = 1; n <= 70; ++n) rows.push_back(random_vector(n, static_cast<uint32_t>(n), 9.0f));
+  for (size_t n : {size_t{1}, size_t{6}, size_t{13}}) {
+    std::vector<float> first_nan = random_vector(n, 100, 3.0f), middle_nan = first_nan;
+    first_nan[0] = nan;
+    middle_nan[n / 2] = nan;
+    rows.push_back(first_nan);
+    rows.push_back(middle_nan);
+    rows.push_back(std::vector<float>(n, nan));
+  }
+  std::vector<float> wide = random_vector(37, 7, 1.0f);
+  wide[3] = 200.0f;  // every other score falls below the clamp after subtracting the maximum
+  wide[20] = -0.0f;
+  rows.push_back(wide);
+  for (const std::vector<float>& row : rows) {
+    std::vector<float> got = row;
+    detail::prefill_softmax_row(got.data(), static_cast<int64_t>(got.size()));
+    EXPECT_TRUE(bitwise_equal(got, scalar(row))) << "length " << row.size();
   }
 }
 
