@@ -147,6 +147,16 @@ void awq_mapping(const SmoothingContext& ctx, const AwqStep& step, const QuantAr
   fold(r.scales);
 }
 
+// The parent of a mapping whose parent is the balanced Linear itself (v_proj → o_proj,
+// up_proj → down_proj): that Linear over the captured inputs.
+ParentForward linear_parent(const CapturedInputs& in) {
+  return [&in](const std::vector<models::Linear*>& linear, std::vector<float>& out) {
+    const int64_t tokens = static_cast<int64_t>(in.x.size()) / in.cols;
+    out.resize(static_cast<size_t>(tokens * linear[0]->out_features()));
+    linear[0]->apply(in.x.data(), tokens, out.data());
+  };
+}
+
 }  // namespace
 
 void awq_layer(const SmoothingContext& ctx, const AwqStep& step, const QuantArgs& args, int layer,
@@ -192,12 +202,7 @@ void awq_layer(const SmoothingContext& ctx, const AwqStep& step, const QuantArgs
   // v_proj → o_proj only when v's outputs are exactly o's inputs (no GQA).
   if (w.attention.v.out_features() == w.attention.o.in_features()) {
     awq_mapping(
-        ctx, step, args, o_in, {&w.attention.o},
-        [&](const std::vector<models::Linear*>& o, std::vector<float>& out) {
-          const int64_t tokens = static_cast<int64_t>(o_in.x.size()) / o_in.cols;
-          out.resize(static_cast<size_t>(tokens * o[0]->out_features()));
-          o[0]->apply(o_in.x.data(), tokens, out.data());
-        },
+        ctx, step, args, o_in, {&w.attention.o}, linear_parent(o_in),
         [&](const std::vector<double>& s) { divide_rows(w.attention.v, s, ctx.compute); },
         prefix + "v_proj");
   }
@@ -218,12 +223,7 @@ void awq_layer(const SmoothingContext& ctx, const AwqStep& step, const QuantArgs
       prefix + "post_attention_layernorm");
   // up_proj → down_proj; parent: down_proj itself.
   awq_mapping(
-      ctx, step, args, down_in, {&w.mlp.down},
-      [&](const std::vector<models::Linear*>& d, std::vector<float>& out) {
-        const int64_t tokens = static_cast<int64_t>(down_in.x.size()) / down_in.cols;
-        out.resize(static_cast<size_t>(tokens * d[0]->out_features()));
-        d[0]->apply(down_in.x.data(), tokens, out.data());
-      },
+      ctx, step, args, down_in, {&w.mlp.down}, linear_parent(down_in),
       [&](const std::vector<double>& s) { divide_rows(w.mlp.up, s, ctx.compute); },
       prefix + "up_proj");
   run_layer_over_cache(runner, w, cache, true);
